@@ -1,0 +1,41 @@
+"""What site.yml left on a simulated Spark after preflight: the GPU module's view, and no change to the host."""
+
+import os
+
+import testinfra.utils.ansible_runner
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
+
+
+def test_spark_gpu_reports_the_gb10(host):
+    result = host.ansible("spark_gpu", check=False)
+    assert "msg" not in result, result["msg"]
+    assert result["gpu_count"] == 1
+    gpu = result["gpus"][0]
+    assert gpu["name"] == "NVIDIA GB10"
+    assert gpu["compute_capability"] == "12.1"
+    assert gpu["driver_version"] == "580.95.05"
+    # A GB10 has no dedicated memory: nvidia-smi says [N/A], which the module reports as null.
+    assert gpu["memory_total_mib"] is None
+
+
+def test_spark_gpu_reports_the_hosts_unified_memory(host):
+    result = host.ansible("spark_gpu", check=False)
+    meminfo_kib = int(host.check_output("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
+    assert result["memory"]["mem_total_bytes"] == meminfo_kib * 1024
+    assert 0 < result["memory"]["mem_available_bytes"] <= result["memory"]["mem_total_bytes"]
+
+
+def test_spark_gpu_refuses_another_compute_capability(host):
+    # ansible-core 2.19's --tree output, which testinfra reads, drops the "failed" key, so testinfra does not
+    # raise; a spark_gpu result carries "msg" only when it failed.
+    message = host.ansible("spark_gpu", "required_compute_capability=9.0", check=False)["msg"]
+    assert "has compute capability 12.1" in message
+    assert "expected compute capability 9.0 (sm_90)" in message
+
+
+def test_preflight_changed_nothing(host):
+    # Preflight only reads: the paths it checks for space are not created, Docker keeps its configuration.
+    assert not host.file("/var/lib/sparkfleet").exists
+    assert host.file("/etc/docker/daemon.json").content_string.count("registry-mirrors") == 1
+    assert host.service("docker").is_running

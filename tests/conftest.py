@@ -1,0 +1,36 @@
+"""Shared pytest fixtures: paths of the project, and a PATH holding the stand-in nvidia-smi."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STANDIN_NVIDIA_SMI = ROOT / "tests" / "standins" / "nvidia-smi" / "nvidia-smi"
+
+# module_utils holds plain functions; tests import them without Ansible's loader.
+sys.path.insert(0, str(ROOT / "module_utils"))
+
+
+@pytest.fixture
+def nvidia_smi_env(tmp_path: Path):
+    """Environment whose PATH finds the stand-in nvidia-smi; call it with a recorded profile's name,
+    or with None for a host that has no nvidia-smi at all."""
+
+    def make(profile: str | None) -> dict[str, str]:
+        env = dict(os.environ)
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        if profile is not None:
+            (bin_dir / "nvidia-smi").symlink_to(STANDIN_NVIDIA_SMI)
+            env["NVIDIA_SMI_STANDIN_PROFILE"] = profile
+        # Only the stand-in directory and the system's own; a real nvidia-smi elsewhere must not leak in.
+        env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+        env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
+        env["ANSIBLE_FORCE_COLOR"] = "0"
+        return env
+
+    return make

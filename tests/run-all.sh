@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# `make test`: everything a fresh Debian 12 machine needs, then every test.
+#
+#   setup:  apt packages, the Docker engine (dockerd started by hand: these machines have no systemd),
+#           the Python venv, the simulated-Spark images, the fixtures (signed apt repo, registry)
+#   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario
+#
+# Each check counts as passed or failed (pytest counts each of its tests). The last line is
+# "sparkfleet: N passed, N failed"; the exit status is non-zero when anything failed.
+# `tests/run-all.sh lint` runs the linters alone.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=$root/.venv
+cache=$root/.cache
+results=$root/tests/.results
+export PATH="$venv/bin:$PATH"
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
+
+passed=0
+failed=0
+timings=()
+
+# step NAME COMMAND...: run one step, time it, count it as one check.
+step() {
+  local name=$1 started rc
+  shift
+  echo
+  echo "=== $name"
+  started=$(date +%s)
+  "$@"
+  rc=$?
+  timings+=("$(printf '%-28s %5ss  %s' "$name" $(($(date +%s) - started)) "$([ $rc -eq 0 ] && echo ok || echo FAILED)")")
+  if [ $rc -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  return $rc
+}
+
+finish() {
+  echo
+  echo "=== time by step"
+  printf '%s\n' "${timings[@]}"
+  echo "sparkfleet: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+  exit
+}
+
+# --- setup: a failure here stops the run, since no check could mean anything without it ---------------------
+
+apt_packages=(docker.io debootstrap docker-registry apt-utils gnupg curl make)
+install_apt_packages() {
+  local missing=()
+  for package in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && { echo "all present: ${apt_packages[*]}"; return 0; }
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+start_docker_engine() {
+  if docker info >/dev/null 2>&1; then
+    echo "dockerd already answers"
+    return 0
+  fi
+  mkdir -p "$cache"
+  nohup dockerd >"$cache/dockerd.log" 2>&1 &
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && { echo "dockerd started (log: $cache/dockerd.log)"; return 0; }
+    sleep 1
+  done
+  tail -20 "$cache/dockerd.log"
+  return 1
+}
+
+make_venv() {
+  local stamp="$venv/.dev-requirements" want
+  want=$(cat requirements.txt requirements-dev.txt | sha256sum)
+  [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && { echo "venv is current"; return 0; }
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || return 1
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements-dev.txt || return 1
+  echo "$want" >"$stamp"
+}
+
+build_fixtures() {
+  bash tests/fixtures/build-apt-repo.sh "$cache/fixtures/apt" &&
+    bash tests/fixtures/build-registry.sh "$cache/fixtures/registry"
+}
+
+setup() {
+  step "apt packages" install_apt_packages &&
+    step "docker engine" start_docker_engine &&
+    step "python venv" make_venv
+}
+
+# --- checks ----------------------------------------------------------------------------------------------------
+
+lint() {
+  step "yamllint" yamllint --strict .
+  step "ansible-lint" ansible-lint
+  step "ruff check" ruff check .
+  step "ruff format" ruff format --check .
+}
+
+run_pytest() {
+  local started
+  started=$(date +%s)
+  echo
+  echo "=== pytest"
+  mkdir -p "$results"
+  rm -f "$results/pytest.xml"
+  pytest tests -p no:cacheprovider --junitxml="$results/pytest.xml"
+  local rc=$?
+  # Count pytest's tests one by one instead of as one check.
+  read -r tests failures < <(python3 - "$results/pytest.xml" <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+
+suite = ET.parse(sys.argv[1]).getroot()
+suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+bad = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+print(int(suite.get("tests", 0)) - int(suite.get("skipped", 0)), bad)
+EOF
+  )
+  passed=$((passed + ${tests:-0} - ${failures:-0}))
+  failed=$((failed + ${failures:-0}))
+  # pytest failed without a failing test (a collection error, or no report at all): count that too.
+  if [ "$rc" -ne 0 ] && [ "${failures:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
+  timings+=("$(printf '%-28s %5ss  %s' pytest $(($(date +%s) - started)) "$((${tests:-0} - ${failures:-0})) passed, ${failures:-?} failed")")
+}
+
+molecule_scenarios() {
+  local scenario
+  for scenario in molecule/*/molecule.yml; do
+    scenario=$(basename "$(dirname "$scenario")")
+    step "molecule $scenario" molecule test -s "$scenario"
+  done
+}
+
+if [ "${1:-all}" = lint ]; then
+  lint
+  finish
+fi
+
+setup || finish
+step "simulated-Spark images" bash tests/simspark/build-images.sh || finish
+step "fixtures" build_fixtures || finish
+lint
+run_pytest
+molecule_scenarios
+finish

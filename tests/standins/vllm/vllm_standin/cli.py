@@ -1,0 +1,131 @@
+"""The ``vllm`` command: ``vllm serve MODEL [flags]`` and the process lifecycle around the HTTP server.
+
+The order of events copies real vLLM's, because deployment code waits on them: parse and validate flags
+(refuse unknown ones, exit 2), bind the API port early (a port clash fails at once), "load weights" for
+VLLM_STANDIN_LOAD_SECONDS with the port not yet accepting connections, then listen and answer /health.
+SIGTERM or SIGINT stops the server and exits 0. ``--headless`` (a worker node of a multi-node deployment)
+loads and then idles without an API server, as real headless vLLM does.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+
+from .config import ServeConfig, build_config, standin_version
+from .engine import Engine
+from .flags import (
+    USAGE,
+    HelpRequested,
+    UsageError,
+    default_flags_file,
+    help_text,
+    load_flag_table,
+    parse_serve_args,
+)
+from .server import StandinServer
+
+SUBCOMMANDS = ("chat", "complete", "serve", "launch", "bench", "collect-env", "run-batch")
+TOP_USAGE = "usage: vllm [-h] [-v] {" + ",".join(SUBCOMMANDS) + "} ..."
+
+
+def log(level: str, message: str) -> None:
+    """A log line shaped like vLLM's ("INFO 05-07 21:15:36 [where] message"), on stdout where vLLM logs."""
+    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} [standin] {message}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the process exit status."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(TOP_USAGE + "\n\nStand-in vLLM for tests: only `vllm serve` is implemented.")
+        return 0
+    if argv[0] in ("-v", "--version"):
+        print(standin_version())
+        return 0
+    if argv[0] != "serve":
+        if argv[0] in SUBCOMMANDS:
+            print(f"vllm: the stand-in implements only `vllm serve`, not `vllm {argv[0]}`", file=sys.stderr)
+        else:
+            choices = ", ".join(f"'{c}'" for c in SUBCOMMANDS)
+            error = f"argument subparser: invalid choice: '{argv[0]}' (choose from {choices})"
+            print(f"{TOP_USAGE}\nvllm: error: {error}", file=sys.stderr)
+        return 2
+
+    try:
+        table = load_flag_table(default_flags_file())
+    except (OSError, ValueError) as error:
+        print(f"vllm (stand-in): cannot read the flag list: {error}", file=sys.stderr)
+        return 1
+    try:
+        parsed = parse_serve_args(argv[1:], table)
+        config = build_config(parsed)
+    except HelpRequested as request:
+        print(help_text(table, request.topic), end="")
+        return 0
+    except UsageError as error:
+        # argparse reports unknown arguments from the top-level parser, everything else from `vllm serve`.
+        message = str(error)
+        prog, usage = ("vllm", TOP_USAGE) if message.startswith("unrecognized arguments") else ("vllm serve", USAGE)
+        print(f"{usage}\n{prog}: error: {message}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # a bad VLLM_STANDIN_* variable
+        print(f"vllm (stand-in): {error}", file=sys.stderr)
+        return 1
+    if "uds" in parsed.values:
+        print("vllm (stand-in): --uds is a real vLLM flag but the stand-in serves TCP only", file=sys.stderr)
+        return 1
+    dests = [name[2:].split(".")[0].replace("-", "_") for name in parsed.given]
+    non_default = {dest: parsed.values.get(dest) for dest in dests}
+    if parsed.model_tag:
+        non_default = {"model_tag": parsed.model_tag, **non_default}
+    log("INFO", f"vLLM API server version {config.version}")
+    log("INFO", f"non-default args: {non_default}")
+    return serve(config)
+
+
+def serve(config: ServeConfig) -> int:
+    """Run until SIGTERM/SIGINT: bind, pretend to load, then listen (or idle when headless)."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log("INFO", f"received signal {signal.Signals(signum).name}, shutting down")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+    engine = Engine(config)
+    server = None
+    if not config.headless:
+        server = StandinServer(config, engine)
+        try:
+            server.server_bind()  # vLLM binds the API socket before loading, so a clash fails fast
+        except OSError as error:
+            log("ERROR", f"cannot bind {config.host}:{config.port}: {error}")
+            server.server_close()
+            return 1
+
+    log("INFO", f"Loading model {config.model} (stand-in: {config.rates.load_seconds:g} s)")
+    if stop.wait(config.rates.load_seconds):
+        if server:
+            server.server_close()
+        return 0
+    log("INFO", f"Model loading took {config.rates.load_seconds:g} s; max_model_len {config.max_model_len}")
+
+    if server is None:
+        log("INFO", "Headless mode: engine ready, no API server on this node")
+        stop.wait()
+        return 0
+
+    server.server_activate()  # listen() only now: before this, connections are refused
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http")
+    thread.start()
+    log("INFO", f"Starting vLLM API server 0 on http://{config.host}:{config.port}")
+    log("INFO", "Application startup complete.")
+    stop.wait()
+    server.shutdown()
+    server.server_close()
+    thread.join()
+    return 0

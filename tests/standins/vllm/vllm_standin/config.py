@@ -1,0 +1,176 @@
+"""Turn parsed `vllm serve` flags and VLLM_STANDIN_* environment variables into the stand-in's settings.
+
+Only the flags that change what a client can observe are interpreted (address, names, limits, auth, prefix
+caching, headless). Every other real flag is accepted and ignored, because it tunes GPU work the stand-in does
+not do. Defaults follow vLLM where vLLM has one; the rest are documented in README.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from .flags import ParsedArgs, UsageError
+
+# What `vllm serve` serves when neither model_tag nor --model is given (ModelConfig.model in recent vLLM).
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+# vLLM's default for the OpenAI server when --max-num-seqs is not given (SchedulerConfig, GPU usage context).
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The timing model: how long "loading", prefill and decode take (published DGX Spark figures by default)."""
+
+    load_seconds: float
+    prefill_tok_s: float
+    decode_tok_s: float
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything the server and engine need, already validated."""
+
+    model: str
+    served_model_names: tuple[str, ...]
+    host: str
+    port: int
+    api_keys: tuple[str, ...]
+    max_model_len: int
+    max_num_seqs: int
+    enable_prefix_caching: bool
+    block_size: int
+    headless: bool
+    kv_cache_tokens: int
+    natural_output_tokens: int
+    rates: Rates
+    version: str
+    force_include_usage: bool
+
+    @property
+    def metrics_model_name(self) -> str:
+        """vLLM labels metrics with the first served name (ModelConfig.served_model_name)."""
+        return self.served_model_names[0]
+
+
+def standin_version() -> str:
+    """What /version and ``vllm --version`` report; set VLLM_STANDIN_VERSION to imitate a release."""
+    return os.environ.get("VLLM_STANDIN_VERSION", "0.0.0+standin")
+
+
+def human_readable_int(flag: str, text: str) -> int:
+    """vLLM's human-readable integers: 1k = 1000, 1K = 1024, 25.6k = 25600 (decimal suffixes allow floats)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)", text.strip())
+    if not match:
+        raise UsageError(f"argument {flag}: invalid human_readable_int value: '{text}'")
+    number, suffix = match.groups()
+    if suffix in ("K", "M", "G", "T"):
+        if "." in number:
+            raise UsageError(f"argument {flag}: binary suffix {suffix} needs an integer: '{text}'")
+        return int(number) * 1024 ** ("KMGT".index(suffix) + 1)
+    scale = 1000 ** ("kmgt".index(suffix) + 1) if suffix else 1
+    return int(float(number) * scale) if suffix else int(number)
+
+
+def _int(flag: str, value: object) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise UsageError(f"argument {flag}: invalid int value: '{value}'") from None
+
+
+def _float(flag: str, value: object) -> float:
+    try:
+        return float(str(value))
+    except ValueError:
+        raise UsageError(f"argument {flag}: invalid float value: '{value}'") from None
+
+
+def env_float(name: str, default: float, minimum: float = 0.0) -> float:
+    """A positive float from the environment; a bad value stops the stand-in with a message naming it."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"environment variable {name}={raw!r} must be a finite number >= {minimum}")
+    return value
+
+
+def build_config(parsed: ParsedArgs) -> ServeConfig:
+    """Validate the flags the stand-in uses and combine them with the VLLM_STANDIN_* settings."""
+    values = parsed.values
+    # vLLM: the positional model_tag wins over --model; with neither, ModelConfig's default model is served.
+    model = parsed.model_tag or str(values.get("model") or DEFAULT_MODEL)
+    names_value = values.get("served_model_name")
+    served = tuple(names_value) if isinstance(names_value, list) and names_value else (model,)
+
+    port = _int("--port", values.get("port", 8000))
+    if not 0 <= port <= 65535:
+        raise UsageError(f"argument --port: {port} is not a TCP port")
+
+    # vLLM takes the key from --api-key (one or more) or, without it, from $VLLM_API_KEY.
+    keys_value = values.get("api_key")
+    if isinstance(keys_value, list):
+        api_keys = tuple(k for k in keys_value if k)
+    else:
+        api_keys = tuple(k for k in [os.environ.get("VLLM_API_KEY", "")] if k)
+
+    native_len = int(env_float("VLLM_STANDIN_MODEL_MAX_LEN", 131072, minimum=1))
+    raw_len = values.get("max_model_len")
+    if raw_len is None or str(raw_len) in ("auto", "-1"):
+        max_model_len = native_len
+    else:
+        max_model_len = human_readable_int("--max-model-len", str(raw_len))
+    if max_model_len < 1:
+        raise UsageError("argument --max-model-len: must be at least 1")
+
+    max_num_seqs = _int("--max-num-seqs", values.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS))
+    if max_num_seqs < 1:
+        raise UsageError("argument --max-num-seqs: must be at least 1")
+
+    if "optimization_level" in values:
+        level = str(values["optimization_level"])
+        if level not in {"0", "1", "2", "3"}:
+            raise UsageError(f"argument --optimization-level: invalid choice: '{level}' (choose from 0, 1, 2, 3)")
+    if "gpu_memory_utilization" in values:
+        utilization = _float("--gpu-memory-utilization", values["gpu_memory_utilization"])
+        if not 0 < utilization <= 1:
+            raise UsageError("argument --gpu-memory-utilization: must be in (0, 1]")
+    if "kv_cache_memory_bytes" in values:
+        human_readable_int("--kv-cache-memory-bytes", str(values["kv_cache_memory_bytes"]))
+    for flag in ("tensor_parallel_size", "pipeline_parallel_size", "nnodes", "node_rank"):
+        if flag in values:
+            _int("--" + flag.replace("_", "-"), values[flag])
+
+    block_size = _int("--block-size", values.get("block_size", DEFAULT_BLOCK_SIZE))
+    kv_default = max(max_model_len * 2, max_num_seqs * DEFAULT_BLOCK_SIZE)
+    rates = Rates(
+        load_seconds=env_float("VLLM_STANDIN_LOAD_SECONDS", 2.0),
+        prefill_tok_s=env_float("VLLM_STANDIN_PREFILL_TOK_S", 1800.0, minimum=1e-9),
+        decode_tok_s=env_float("VLLM_STANDIN_DECODE_TOK_S", 23.0, minimum=1e-9),
+    )
+    return ServeConfig(
+        model=model,
+        served_model_names=served,
+        host=str(values.get("host") or "0.0.0.0"),
+        port=port,
+        api_keys=api_keys,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        # Prefix caching is on by default in vLLM V1; --no-enable-prefix-caching turns it off.
+        enable_prefix_caching=values.get("enable_prefix_caching", True) is not False,
+        block_size=max(block_size, 1),
+        headless=bool(values.get("headless", False)),
+        kv_cache_tokens=int(env_float("VLLM_STANDIN_KV_CACHE_TOKENS", kv_default, minimum=1)),
+        natural_output_tokens=int(env_float("VLLM_STANDIN_OUTPUT_TOKENS", 64, minimum=1)),
+        rates=rates,
+        version=standin_version(),
+        force_include_usage=bool(values.get("enable_force_include_usage", False)),
+    )

@@ -1,0 +1,162 @@
+"""The pretend inference engine: admission, prefix cache, KV-cache accounting and token timing.
+
+Nothing is computed; the engine only makes time pass the way a DGX Spark would and keeps the numbers vLLM
+reports. The model of a request:
+
+* It waits (``num_requests_waiting``) until fewer than ``--max-num-seqs`` requests run, first come first served.
+* Prefill takes ``uncached prompt tokens / VLLM_STANDIN_PREFILL_TOK_S`` seconds and yields the first token, so
+  time to first token = queueing + prefill. Prefix caching (on unless ``--no-enable-prefix-caching``) skips
+  the part of the prompt that a previous prompt shared, in whole ``--block-size`` blocks, as vLLM does.
+* Each further token comes ``1 / VLLM_STANDIN_DECODE_TOK_S`` seconds after the previous one. Running requests do
+  not slow each other down: the stand-in does not model batching on a bandwidth-bound bus.
+* The "model" would answer in ``VLLM_STANDIN_OUTPUT_TOKENS`` tokens: fewer allowed by max_tokens ends with
+  finish_reason "length", more allowed ends with "stop"; ``ignore_eos`` always runs to max_tokens ("length").
+
+Tokens are an approximation: a prompt has as many tokens as whitespace-separated words (at least one), and each
+generated token is one word, so the text a client receives counts back to the reported usage.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .config import ServeConfig
+from .metrics import Metrics
+
+# The stand-in's whole vocabulary: each generated token is the next word of this sentence, with a leading space.
+ANSWER_WORDS = tuple(["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "."])
+PREFIX_MEMORY = 256  # how many past prompts the pretend prefix cache remembers
+
+
+def count_tokens(text: str) -> int:
+    """Approximate token count of a prompt text: its whitespace-separated words, at least 1 (a BOS token)."""
+    return max(len(text.split()), 1)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the engine needs from an API request, with the prompt already turned into pretend tokens."""
+
+    request_id: str
+    prompt_words: tuple[str, ...]
+    prompt_tokens: int
+    max_tokens: int
+    ignore_eos: bool
+    arrival: float  # time.monotonic() when the HTTP request arrived
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token; the last one carries the finish reason."""
+
+    index: int
+    text: str
+    finish_reason: str | None
+
+
+class Engine:
+    """Shared by all HTTP threads; every mutable field is guarded by one condition variable."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self._cond = threading.Condition()
+        self._queue: deque[str] = deque()  # request ids waiting for a slot, oldest first
+        self._running: dict[str, int] = {}  # request id -> tokens it holds in the KV cache
+        self._seen_prompts: deque[tuple[str, ...]] = deque(maxlen=PREFIX_MEMORY)
+        self.metrics = Metrics(config.metrics_model_name, self.gauges)
+
+    def gauges(self) -> dict[str, float]:
+        """Live values of vLLM's scheduler gauges."""
+        with self._cond:
+            held = sum(self._running.values())
+            return {
+                "running": float(len(self._running)),
+                "waiting": float(len(self._queue)),
+                "kv_cache_usage": min(held / self.config.kv_cache_tokens, 1.0),
+            }
+
+    def output_plan(self, max_tokens: int, ignore_eos: bool) -> tuple[int, str]:
+        """How many tokens the pretend model generates and why it stops."""
+        natural = self.config.natural_output_tokens
+        if ignore_eos or max_tokens < natural:
+            return max_tokens, "length"
+        return natural, "stop"
+
+    def generate(self, request: GenerationRequest) -> Iterator[TokenEvent]:
+        """Yield the tokens of one request at the modelled times; closing the iterator early aborts it."""
+        self._admit(request)
+        finish_reason = "abort"
+        try:
+            rates = self.config.rates
+            cached = self._prefix_hits(request.prompt_words, request.prompt_tokens)
+            first_token_at = time.monotonic() + (request.prompt_tokens - cached) / rates.prefill_tok_s
+            _sleep_until(first_token_at)
+            queried = request.prompt_tokens if self.config.enable_prefix_caching else 0
+            self.metrics.record_prefill(request.prompt_tokens, queried, cached, time.monotonic() - request.arrival)
+            self._remember_prompt(request.prompt_words)
+
+            count, reason = self.output_plan(request.max_tokens, request.ignore_eos)
+            previous = time.monotonic()
+            for index in range(count):
+                if index:
+                    _sleep_until(first_token_at + index / rates.decode_tok_s)
+                now = time.monotonic()
+                self.metrics.record_token(now - previous if index else None)
+                previous = now
+                with self._cond:
+                    self._running[request.request_id] += 1
+                word = ANSWER_WORDS[index % len(ANSWER_WORDS)]
+                yield TokenEvent(index=index, text=" " + word, finish_reason=reason if index == count - 1 else None)
+            finish_reason = reason
+        finally:
+            self._release(request.request_id)
+            self.metrics.record_finished(finish_reason, time.monotonic() - request.arrival)
+
+    def _admit(self, request: GenerationRequest) -> None:
+        """Block until this request is first in line and a --max-num-seqs slot is free."""
+        with self._cond:
+            self._queue.append(request.request_id)
+            while self._queue[0] != request.request_id or len(self._running) >= self.config.max_num_seqs:
+                self._cond.wait()
+            self._queue.popleft()
+            self._running[request.request_id] = request.prompt_tokens
+            self._cond.notify_all()
+
+    def _release(self, request_id: str) -> None:
+        with self._cond:
+            self._running.pop(request_id, None)
+            self._cond.notify_all()
+
+    def _prefix_hits(self, words: tuple[str, ...], prompt_tokens: int) -> int:
+        """Tokens served from the prefix cache: the longest prefix shared with a remembered prompt, in whole
+        blocks, never the whole prompt (vLLM always computes at least the last prompt token)."""
+        if not self.config.enable_prefix_caching:
+            return 0
+        with self._cond:
+            remembered = list(self._seen_prompts)
+        best = 0
+        for previous in remembered:
+            shared = 0
+            for mine, theirs in zip(words, previous, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+            best = max(best, shared)
+        block = self.config.block_size
+        return min(best, prompt_tokens - 1) // block * block
+
+    def _remember_prompt(self, words: tuple[str, ...]) -> None:
+        if self.config.enable_prefix_caching:
+            with self._cond:
+                self._seen_prompts.append(words)
+
+
+def _sleep_until(deadline: float) -> None:
+    """Sleep to an absolute time so per-token delays do not add up rounding and scheduling overhead."""
+    remaining = deadline - time.monotonic()
+    if remaining > 0:
+        time.sleep(remaining)

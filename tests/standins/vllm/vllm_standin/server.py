@@ -1,0 +1,222 @@
+"""The HTTP side: vLLM's OpenAI-compatible routes on a standard-library ThreadingHTTPServer.
+
+One thread per connection lets concurrent requests overlap (the engine decides who runs and who waits).
+Responses use HTTP/1.1: plain bodies carry Content-Length, streams use chunked transfer encoding as uvicorn
+does, so keep-alive clients (the OpenAI SDK, `vllm bench serve`'s aiohttp) behave as they do against vLLM.
+
+Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions.
+With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as in vLLM's
+authentication middleware; /health and /metrics stay open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import time
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from . import protocol
+from .config import ServeConfig
+from .engine import Engine, GenerationRequest, TokenEvent
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+
+
+class StandinServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that carries the engine and config for its handlers."""
+
+    daemon_threads = True  # a hung client must not keep the process alive at shutdown
+    allow_reuse_address = True  # as uvicorn: restart on the same port without waiting for TIME_WAIT
+    request_queue_size = 128
+
+    def __init__(self, config: ServeConfig, engine: Engine) -> None:
+        # IPv6 literals (e.g. --host ::) need an AF_INET6 socket.
+        self.address_family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        self.config = config
+        self.engine = engine
+        self.started = int(time.time())
+        # bind_and_activate=False: cli.py binds early and listens only after the pretend weight loading.
+        super().__init__((config.host, config.port), Handler, bind_and_activate=False)
+
+
+def _json_bytes(body: object) -> bytes:
+    """Compact JSON, as pydantic's model_dump_json writes it."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: StandinServer
+    protocol_version = "HTTP/1.1"
+
+    def version_string(self) -> str:
+        return "uvicorn"  # the Server header vLLM's uvicorn sends
+
+    # --- plumbing -----------------------------------------------------------------------------------------
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        # uvicorn-style access log on stdout, where vLLM logs go.
+        status = int(code) if str(code).isdigit() else code
+        print(f'INFO:     {self.client_address[0]} - "{self.requestline}" {status}', flush=True)
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: HTTPStatus, body: object) -> None:
+        self._send(status, _json_bytes(body))
+
+    def _read_json(self) -> dict[str, object]:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"null")
+        except json.JSONDecodeError as error:
+            raise protocol.ApiError(HTTPStatus.BAD_REQUEST, f"Request body is not valid JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise protocol.ApiError(HTTPStatus.BAD_REQUEST, "Request body must be a JSON object.")
+        return body
+
+    def _authorized(self) -> bool:
+        """vLLM's AuthenticationMiddleware: only /v1 paths are protected; any configured key is accepted."""
+        keys = self.server.config.api_keys
+        if not keys or not self.path.startswith("/v1"):
+            return True
+        header = self.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return any(hmac.compare_digest(token.encode(), key.encode()) for key in keys)
+
+    # --- routing ------------------------------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def _route(self, method: str) -> None:
+        routes = {
+            ("GET", "/health"): self._health,
+            ("GET", "/ping"): self._health,
+            ("POST", "/ping"): self._health,
+            ("GET", "/version"): self._version,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/v1/models"): self._models,
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/chat/completions"): self._chat,
+        }
+        path = self.path.split("?", 1)[0]
+        handler = routes.get((method, path))
+        if handler is None:
+            known = any(p == path for _, p in routes)
+            status = HTTPStatus.METHOD_NOT_ALLOWED if known else HTTPStatus.NOT_FOUND
+            # FastAPI's bodies for unknown routes and methods.
+            self._send_json(status, {"detail": "Method Not Allowed" if known else "Not Found"})
+            return
+        if not self._authorized():
+            self._send_json(HTTPStatus.UNAUTHORIZED, {"error": "Unauthorized"})
+            return
+        try:
+            handler()
+        except protocol.ApiError as error:
+            self._send_json(error.status, error.body())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # --- endpoints ----------------------------------------------------------------------------------------
+
+    def _health(self) -> None:
+        self._send(HTTPStatus.OK, b"")
+
+    def _version(self) -> None:
+        self._send_json(HTTPStatus.OK, {"version": self.server.config.version})
+
+    def _metrics(self) -> None:
+        self._send(HTTPStatus.OK, self.server.engine.metrics.render().encode(), METRICS_CONTENT_TYPE)
+
+    def _models(self) -> None:
+        self._send_json(HTTPStatus.OK, protocol.models_list(self.server.config, self.server.started))
+
+    def _completions(self) -> None:
+        arrival = time.monotonic()
+        parsed = protocol.parse_completion(self._read_json(), self.server.config)
+        self._generate(parsed, arrival, chat=False)
+
+    def _chat(self) -> None:
+        arrival = time.monotonic()
+        parsed = protocol.parse_chat(self._read_json(), self.server.config)
+        self._generate(parsed, arrival, chat=True)
+
+    def _generate(self, parsed: protocol.ParsedRequest, arrival: float, chat: bool) -> None:
+        request_id = protocol.random_id("chatcmpl" if chat else "cmpl")
+        engine_request = GenerationRequest(
+            request_id=request_id,
+            prompt_words=parsed.prompt_words,
+            prompt_tokens=parsed.prompt_tokens,
+            max_tokens=parsed.max_tokens,
+            ignore_eos=parsed.ignore_eos,
+            arrival=arrival,
+        )
+        tokens = self.server.engine.generate(engine_request)
+        try:
+            if parsed.stream:
+                self._stream(request_id, parsed, tokens, chat)
+            else:
+                events = list(tokens)
+                text = "".join(event.text for event in events)
+                finish = events[-1].finish_reason or "length"
+                build = protocol.chat_response if chat else protocol.completion_response
+                body = build(request_id, parsed.model, text, finish, parsed.prompt_tokens, len(events))
+                self._send_json(HTTPStatus.OK, body)
+        finally:
+            tokens.close()  # a client that went away mid-stream aborts the request and frees its slot
+
+    def _stream(
+        self, request_id: str, parsed: protocol.ParsedRequest, tokens: Iterator[TokenEvent], chat: bool
+    ) -> None:
+        """Server-sent events: ``data: {chunk}`` per token, a usage chunk when asked, then ``data: [DONE]``."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        created = int(time.time())
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        generated = 0
+
+        def with_usage(chunk: dict[str, object]) -> dict[str, object]:
+            if parsed.continuous_usage:
+                chunk["usage"] = protocol.usage(parsed.prompt_tokens, generated)
+            return chunk
+
+        if chat:
+            # vLLM opens a chat stream with the assistant role and empty content.
+            opening = {"role": "assistant", "content": ""}
+            self._event(with_usage(protocol.chat_chunk(request_id, created, parsed.model, opening, None)))
+        for event in tokens:
+            generated += 1
+            if chat:
+                chunk = protocol.chat_chunk(
+                    request_id, created, parsed.model, {"content": event.text}, event.finish_reason
+                )
+            else:
+                chunk = protocol.completion_chunk(request_id, created, parsed.model, event.text, event.finish_reason)
+            self._event(with_usage(chunk))
+        if parsed.include_usage:
+            self._event(protocol.usage_chunk(request_id, created, parsed.model, obj, parsed.prompt_tokens, generated))
+        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+    def _event(self, chunk: dict[str, object]) -> None:
+        self._write_chunk(b"data: " + _json_bytes(chunk) + b"\n\n")
+
+    def _write_chunk(self, data: bytes) -> None:
+        """One piece of a chunked body; empty data writes the terminating zero-length chunk."""
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()

@@ -1,0 +1,102 @@
+"""The spark_gpu module run by real Ansible on this machine, with the stand-in nvidia-smi on the PATH."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+def run_spark_gpu(env: dict[str, str], args: str = "", check: bool = False) -> dict:
+    """Run the module ad hoc against localhost and return its result."""
+    argv = [
+        str(ROOT / ".venv" / "bin" / "ansible") if (ROOT / ".venv" / "bin" / "ansible").exists() else "ansible",
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "spark_gpu",
+    ]
+    if args:
+        argv += ["-a", args]
+    if check:
+        argv.append("--check")
+    env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout)
+    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_gb10_passes_and_reports_the_gpu_and_memory(nvidia_smi_env):
+    result = run_spark_gpu(nvidia_smi_env("gb10"))
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    assert result["gpu_count"] == 1
+    assert result["gpus"][0]["name"] == "NVIDIA GB10"
+    assert result["gpus"][0]["compute_capability"] == "12.1"
+    assert result["gpus"][0]["memory_total_mib"] is None
+    assert result["nvidia_smi_path"].endswith("/bin/nvidia-smi")
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        total_kib = int(meminfo.readline().split()[1])
+    assert result["memory"]["mem_total_bytes"] == total_kib * 1024
+
+
+def test_check_mode_reports_the_same_and_no_change(nvidia_smi_env):
+    env = nvidia_smi_env("gb10")
+    first = run_spark_gpu(env, check=True)
+    second = run_spark_gpu(env)
+    assert first["changed"] is False and second["changed"] is False
+    assert first["gpus"] == second["gpus"]
+
+
+# Each misfit host: the message must name what was found and what was expected.
+@pytest.mark.parametrize(
+    ("profile", "found", "expected"),
+    [
+        (None, "nvidia-smi was not found", "expected an NVIDIA GPU with compute capability 12.1 (sm_121"),
+        ("driver-not-loaded", "couldn't communicate with the NVIDIA driver", "NVIDIA GB10"),
+        ("no-gpu", "No devices were found", "compute capability 12.1"),
+        ("h200", "GPU 0 (NVIDIA H200) has compute capability 9.0", "expected compute capability 12.1 (sm_121"),
+        ("gb10-old-driver", "runs NVIDIA driver 575.57.08", "expected 580.95.05 or newer"),
+        ("driver-470", 'Field "compute_cap" is not a valid field', "compute capability 12.1"),
+    ],
+    ids=["no-nvidia-smi", "driver-not-loaded", "no-gpu", "wrong-gpu", "old-driver", "driver-470"],
+)
+def test_misfit_hosts_are_refused_with_found_and_expected(nvidia_smi_env, profile, found, expected):
+    result = run_spark_gpu(nvidia_smi_env(profile))
+    assert result["failed"] is True
+    assert found in result["msg"]
+    assert expected in result["msg"]
+
+
+def test_options_change_what_is_expected(nvidia_smi_env):
+    result = run_spark_gpu(nvidia_smi_env("h200"), "required_compute_capability=9.0 min_driver_version=570.0")
+    assert not result.get("failed"), result.get("msg")
+    assert result["gpus"][0]["memory_total_mib"] == 143771
+
+
+def test_a_bad_min_driver_version_is_named(nvidia_smi_env):
+    result = run_spark_gpu(nvidia_smi_env("gb10"), "min_driver_version=latest")
+    assert result["failed"] is True
+    assert "min_driver_version='latest' is not a driver version" in result["msg"]
+
+
+def test_ansible_doc_renders_the_module():
+    ansible_doc = ROOT / ".venv" / "bin" / "ansible-doc"
+    done = subprocess.run(
+        [str(ansible_doc) if ansible_doc.exists() else "ansible-doc", "-M", "library", "spark_gpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "required_compute_capability" in done.stdout
+    assert "RETURN VALUES" in done.stdout
