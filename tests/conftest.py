@@ -11,6 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STANDIN_NVIDIA_SMI = ROOT / "tests" / "standins" / "nvidia-smi" / "nvidia-smi"
 
+
+def ansible_tool(name: str) -> str:
+    """An Ansible command from the project's venv when there is one, else from the PATH."""
+    in_venv = ROOT / ".venv" / "bin" / name
+    return str(in_venv) if in_venv.exists() else name
+
+
 # module_utils holds plain functions; tests import them without Ansible's loader.
 sys.path.insert(0, str(ROOT / "module_utils"))
 

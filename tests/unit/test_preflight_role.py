@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, ansible_tool
 
 # What makes this x86_64 container-less CI machine pass: a test host, small memory and disk floors.
 FITS = {
@@ -18,9 +18,8 @@ FITS = {
 
 
 def run_playbook(env: dict[str, str], playbook: str = "playbooks/preflight.yml", *extra: str, **overrides):
-    ansible_playbook = ROOT / ".venv" / "bin" / "ansible-playbook"
-    argv = [str(ansible_playbook) if ansible_playbook.exists() else "ansible-playbook", playbook, *extra]
-    if overrides is not None:
+    argv = [ansible_tool("ansible-playbook"), playbook, *extra]
+    if overrides:
         argv += ["-e", json.dumps(overrides)]
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 

@@ -7,13 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, ansible_tool
 
 
 def run_spark_gpu(env: dict[str, str], args: str = "", check: bool = False) -> dict:
     """Run the module ad hoc against localhost and return its result."""
     argv = [
-        str(ROOT / ".venv" / "bin" / "ansible") if (ROOT / ".venv" / "bin" / "ansible").exists() else "ansible",
+        ansible_tool("ansible"),
         "localhost",
         "-i",
         "localhost,",
@@ -89,9 +89,8 @@ def test_a_bad_min_driver_version_is_named(nvidia_smi_env):
 
 
 def test_ansible_doc_renders_the_module():
-    ansible_doc = ROOT / ".venv" / "bin" / "ansible-doc"
     done = subprocess.run(
-        [str(ansible_doc) if ansible_doc.exists() else "ansible-doc", "-M", "library", "spark_gpu"],
+        [ansible_tool("ansible-doc"), "-M", "library", "spark_gpu"],
         cwd=ROOT,
         capture_output=True,
         text=True,
