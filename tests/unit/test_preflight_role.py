@@ -95,3 +95,37 @@ def test_bad_input_is_named_before_any_probe(nvidia_smi_env, overrides, message)
     assert done.returncode != 0
     assert message in done.stdout
     assert "Probe | Query the GPU" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"nvidia_container_toolkit_key_url": ""}, "apt refuses a repository without its signing key"),
+        ({"nvidia_container_toolkit_version": "latest"}, 'must be a Debian package version such as "1.17.8-1"'),
+        ({"vllm_image_ref": "vllm/vllm-openai"}, "vllm_image_ref must be repository:tag or repository@sha256"),
+        ({"vllm_image_ref": "vllm/vllm-openai@sha256:abc"}, "vllm_image_ref must be repository:tag"),
+        ({"vllm_image_archive_src": "/a.tar", "vllm_image_archive_path": "/b.tar"}, "Set at most one of"),
+        ({"vllm_image_pull_timeout_s": "soon"}, "vllm_image_pull_timeout_s"),
+    ],
+    ids=["repo-without-key", "toolkit-version", "image-without-tag", "short-digest", "two-archives", "not-an-int"],
+)
+def test_later_roles_bad_input_stops_the_run_in_preflight(nvidia_smi_env, overrides, message):
+    # site.yml: preflight validates every role's variables, so the container-runtime play never starts.
+    done = run_playbook(nvidia_smi_env("gb10"), "site.yml", **{**FITS, **overrides})
+    assert done.returncode != 0
+    assert message in done.stdout
+    assert "Container runtime |" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "vllm/vllm-openai:cu130-nightly",
+        "registry.example:5000/vllm/vllm-openai:v0.24.0-ubuntu2404",
+        "127.0.0.1:5000/vllm/vllm-openai:cu130-nightly",
+        "vllm/vllm-openai@sha256:" + "a" * 64,
+    ],
+)
+def test_good_image_references_pass_validation(nvidia_smi_env, ref):
+    done = run_playbook(nvidia_smi_env("gb10"), "playbooks/preflight.yml", **{**FITS, "vllm_image_ref": ref})
+    assert done.returncode == 0, done.stdout[-2000:]
