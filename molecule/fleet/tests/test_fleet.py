@@ -139,3 +139,43 @@ def test_bad_input_fails_clearly_and_leaves_every_host_as_it_was(extra, message)
     assert LOCK_FILE.read_text(encoding="utf-8") == lock_before
     assert [image_ids(host) for host in fleet()] == images_before
     assert [host.file("/etc/docker/daemon.json").content_string for host in fleet()] == daemon_before
+
+
+def test_an_archive_on_the_host_replaces_a_missing_image_verified_by_id():
+    # Air-gapped path: `docker save` archives on the hosts; fleet-1 loses its image and loads it back.
+    entry = pin()
+    first, second = fleet()
+    for host in (first, second):
+        host.check_output(f"docker save -o /var/tmp/vllm.tar vllm/vllm-openai@{entry['digest']}")
+    first.check_output(f"docker image rm -f {entry['image_id']}")
+    lock_before = LOCK_FILE.read_text(encoding="utf-8")
+    done = run_site("-e", "vllm_image_archive_path=/var/tmp/vllm.tar")
+    assert done.returncode == 0, said(done)[-3000:]
+    changed = changed_per_host(done.stdout)
+    assert changed["fleet-1"] > 0 and changed["fleet-2"] == 0
+    assert entry["image_id"] in first.check_output("docker image ls --no-trunc --quiet")
+    assert LOCK_FILE.read_text(encoding="utf-8") == lock_before
+
+
+def test_an_archive_from_the_controller_is_copied_and_loaded(tmp_path):
+    entry = pin()
+    first = fleet()[0]
+    archive = tmp_path / "vllm.tar"
+    subprocess.run(["docker", "cp", "fleet-1:/var/tmp/vllm.tar", str(archive)], check=True, timeout=300)
+    first.check_output(f"docker image rm -f {entry['image_id']}")
+    done = run_site("-e", f"vllm_image_archive_src={archive}")
+    assert done.returncode == 0, said(done)[-3000:]
+    assert entry["image_id"] in first.check_output("docker image ls --no-trunc --quiet")
+
+
+def test_an_archive_that_differs_from_the_pin_is_refused_before_loading():
+    entry = pin()
+    first, second = fleet()
+    # The image the tag pointed at before the update: a real image, but not the pinned one.
+    for host in (first, second):
+        host.check_output(f"docker save -o /var/tmp/other.tar vllm/vllm-openai@{entry['previous_digest']}")
+    images_before = [image_ids(host) for host in (first, second)]
+    done = run_site("-e", "vllm_image_archive_path=/var/tmp/other.tar")
+    assert done.returncode != 0
+    assert f"pins {VLLM_REF} to {entry['image_id']}" in said(done)
+    assert [image_ids(host) for host in (first, second)] == images_before
