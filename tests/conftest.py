@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +18,31 @@ def ansible_tool(name: str) -> str:
     """An Ansible command from the project's venv when there is one, else from the PATH."""
     in_venv = ROOT / ".venv" / "bin" / name
     return str(in_venv) if in_venv.exists() else name
+
+
+def run_ansible_module(module: str, env: dict[str, str], args: str = "", check: bool = False) -> dict:
+    """Run one of library/'s modules ad hoc against localhost through real Ansible and return its result
+    (the json callback: ansible-core 2.19's --tree output drops the "failed" key)."""
+    argv = [
+        ansible_tool("ansible"),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        module,
+    ]
+    if args:
+        argv += ["-a", args]
+    if check:
+        argv.append("--check")
+    env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout)
+    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
 # module_utils holds plain functions; tests import them without Ansible's loader.

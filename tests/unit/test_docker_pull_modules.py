@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, ansible_tool
+from conftest import ROOT, ansible_tool, run_ansible_module
 
 PREFIX = "sparkfleet-helper-test"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -198,25 +198,7 @@ def ansible_env() -> dict[str, str]:
 
 def run_module(module: str, check: bool = False, **args) -> dict:
     """Run a module ad hoc against localhost and return its result."""
-    argv = [
-        ansible_tool("ansible"),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-m",
-        module,
-        "-a",
-        " ".join(f"{key}={value}" for key, value in args.items()),
-    ]
-    if check:
-        argv.append("--check")
-    done = subprocess.run(argv, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=120)
-    report = json.loads(done.stdout)
-    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_ansible_module(module, ansible_env(), " ".join(f"{key}={value}" for key, value in args.items()), check)
 
 
 def is_local(reference: str) -> bool:

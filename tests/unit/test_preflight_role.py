@@ -19,7 +19,7 @@ FITS = {
 
 def said(done: subprocess.CompletedProcess) -> str:
     """The play's output with line wrapping undone (the yaml callback folds long messages)."""
-    return said(done)
+    return " ".join(done.stdout.split())
 
 
 def run_playbook(env: dict[str, str], playbook: str = "playbooks/preflight.yml", *extra: str, **overrides):

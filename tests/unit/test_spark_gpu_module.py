@@ -2,36 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, ansible_tool
+from conftest import ROOT, ansible_tool, run_ansible_module
 
 
 def run_spark_gpu(env: dict[str, str], args: str = "", check: bool = False) -> dict:
-    """Run the module ad hoc against localhost and return its result."""
-    argv = [
-        ansible_tool("ansible"),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-m",
-        "spark_gpu",
-    ]
-    if args:
-        argv += ["-a", args]
-    if check:
-        argv.append("--check")
-    env = dict(env, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    report = json.loads(done.stdout)
-    return report["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_ansible_module("spark_gpu", env, args, check)
 
 
 def test_gb10_passes_and_reports_the_gpu_and_memory(nvidia_smi_env):

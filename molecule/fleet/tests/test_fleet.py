@@ -179,3 +179,25 @@ def test_an_archive_that_differs_from_the_pin_is_refused_before_loading():
     assert done.returncode != 0
     assert f"pins {VLLM_REF} to {entry['image_id']}" in said(done)
     assert [image_ids(host) for host in (first, second)] == images_before
+
+
+def test_prune_keeps_the_pin_and_the_one_before_and_removes_older_images():
+    entry = pin()
+    oldest, previous = entry["previous_digest"], entry["digest"]
+    first = fleet()[0]
+    first.check_output(
+        "printf 'FROM vllm/vllm-openai@%s\\nLABEL sparkfleet.test=third-image\\n' "
+        "| docker build -q -t 127.0.0.1:5000/vllm/vllm-openai:cu130-nightly - "
+        "&& docker push -q 127.0.0.1:5000/vllm/vllm-openai:cu130-nightly",
+        previous,
+    )
+    done = run_site("-e", '{"vllm_image_update": true, "vllm_image_prune": true}')
+    assert done.returncode == 0, said(done)[-3000:]
+    newest = pin()
+    assert newest["previous_digest"] == previous and newest["digest"] not in (previous, oldest)
+    for host in fleet():
+        assert host.run(f"docker image inspect vllm/vllm-openai@{newest['digest']}").rc == 0
+        assert host.run(f"docker image inspect vllm/vllm-openai@{oldest}").rc != 0, "older than the previous pin"
+    # fleet-1 reloaded the previous pin from an archive (no RepoDigests), so look it up by ID there.
+    assert fleet()[1].run(f"docker image inspect vllm/vllm-openai@{previous}").rc == 0
+    assert first.run(f"docker image inspect {entry['image_id']}").rc == 0
