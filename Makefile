@@ -2,7 +2,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 
-.PHONY: site test lint clean
+.PHONY: site test demo lint clean
 
 ## site: create .venv if missing, install the pinned dependencies, run site.yml against inventories/local
 site: $(VENV)/.site-requirements
@@ -16,6 +16,10 @@ $(VENV)/.site-requirements: requirements.txt
 ## test: install what a fresh machine lacks (apt, Docker engine, images, fixtures), then lint, pytest, molecule
 test:
 	bash tests/run-all.sh
+
+## demo: the whole flow on a simulated Spark (a container): site.yml, then a chat request through the endpoint
+demo:
+	bash tests/demo.sh
 
 ## lint: the linters alone (needs a venv made by `make test`)
 lint:

@@ -451,16 +451,3 @@ def test_a_failed_background_pull_ends_the_watch_and_fails_at_async_status(clean
     assert task == "Image | Collect the pull's result"
     assert collected["failed"] is True
     assert collected["msg"].startswith(f"Pulling {name}:nope failed: manifest for ")
-
-
-def test_ansible_doc_renders_both_modules():
-    for module, option in (("docker_pull", "status_file"), ("docker_pull_watch", "wait_seconds")):
-        done = subprocess.run(
-            [ansible_tool("ansible-doc"), "-M", "library", module],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        assert option in done.stdout and "RETURN VALUES" in done.stdout

@@ -14,6 +14,8 @@ FITS = {
     "spark_preflight_test_host": True,
     "spark_preflight_min_memory_gib": 1,
     "spark_preflight_disk_checks": [{"path": "/var/lib/docker", "min_free_gib": 1}],
+    # Preflight also plans each served model's memory on this machine: the smallest recipe fits a CI machine.
+    "vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8000}],
 }
 
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from conftest import ROOT, ansible_tool, run_ansible_module
+from conftest import run_ansible_module
 
 
 def run_spark_gpu(env: dict[str, str], args: str = "", check: bool = False) -> dict:
@@ -64,16 +62,3 @@ def test_a_bad_min_driver_version_is_named(nvidia_smi_env):
     result = run_spark_gpu(nvidia_smi_env("gb10"), "min_driver_version=latest")
     assert result["failed"] is True
     assert "min_driver_version='latest' is not a driver version" in result["msg"]
-
-
-def test_ansible_doc_renders_the_module():
-    done = subprocess.run(
-        [ansible_tool("ansible-doc"), "-M", "library", "spark_gpu"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "required_compute_capability" in done.stdout
-    assert "RETURN VALUES" in done.stdout

@@ -24,7 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 STANDIN_DIR = REPO / "tests" / "standins" / "vllm"
 VLLM = STANDIN_DIR / "vllm"
-FLAGS_FILE = REPO / "tests" / "data" / "vllm-serve-flags.txt"
+FLAGS_FILE = REPO / "recipes" / "vllm-serve-flags.txt"
 
 sys.path.insert(0, str(STANDIN_DIR))
 from vllm_standin.flags import (  # noqa: E402 -- importable only once its directory is on sys.path

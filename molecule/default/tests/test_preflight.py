@@ -1,8 +1,13 @@
 """What site.yml left on a simulated Spark after preflight: the GPU module's view, and no change to the host."""
 
 import os
+import sys
+from pathlib import Path
 
 import testinfra.utils.ansible_runner
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import changed_per_host, run_site, said
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 
@@ -34,8 +39,16 @@ def test_spark_gpu_refuses_another_compute_capability(host):
     assert "expected compute capability 9.0 (sm_90)" in message
 
 
-def test_preflight_changed_nothing(host):
-    # Preflight only reads: the paths it checks for space are not created, Docker keeps its configuration.
-    assert not host.file("/var/lib/sparkfleet").exists
+def test_preflight_changes_nothing(host):
+    # Preflight only reads, even on a host that site.yml has not provisioned yet: the path it checks for space
+    # is not created, Docker keeps its configuration.
+    host.run("mv /var/lib/sparkfleet /var/lib/sparkfleet.aside")
+    try:
+        done = run_site(playbook="playbooks/preflight.yml")
+        assert done.returncode == 0, said(done)[-2000:]
+        assert changed_per_host(done.stdout) == {"simspark-1": 0}
+        assert not host.file("/var/lib/sparkfleet").exists
+    finally:
+        host.run("mv /var/lib/sparkfleet.aside /var/lib/sparkfleet")
     assert host.file("/etc/docker/daemon.json").content_string.count("registry-mirrors") == 1
     assert host.service("docker").is_running

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,14 @@ import testinfra
 import testinfra.utils.ansible_runner
 import yaml
 
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import changed_per_host, run_site, said
+
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 LOCK_FILE = Path(INVENTORY).parent / "vllm-image.lock.yml"
 VLLM_REF = "vllm/vllm-openai:cu130-nightly"
+SMALL_MODEL = {"recipe": "qwen3-0.6b", "port": 8000}
 HOSTS = testinfra.utils.ansible_runner.AnsibleRunner(INVENTORY).get_hosts("sparks")
 
 
@@ -35,26 +39,6 @@ def pin() -> dict:
 
 def image_ids(host) -> set[str]:
     return set(host.check_output("docker image ls --no-trunc --quiet vllm/vllm-openai").split())
-
-
-def run_site(*extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ansible-playbook", "-i", INVENTORY, str(PROJECT / "site.yml"), *extra],
-        cwd=PROJECT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def said(done: subprocess.CompletedProcess) -> str:
-    """The play's output, failures included (molecule's configuration shows them on stderr), with line wrapping
-    undone (the yaml callback folds long messages)."""
-    return " ".join((done.stdout + done.stderr).split())
-
-
-def changed_per_host(output: str) -> dict[str, int]:
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)}
 
 
 def test_every_host_holds_the_same_pinned_image():
@@ -115,6 +99,8 @@ def test_an_update_moves_every_host_and_keeps_the_old_image(moved_tag):
     for host in fleet():
         assert host.run(f"docker image inspect vllm/vllm-openai@{new}").rc == 0
         assert host.run(f"docker image inspect vllm/vllm-openai@{old}").rc == 0, "the previous image must stay"
+        # The served model moved with the pin: its unit was restarted on the new image and passed the gate.
+        assert host.check_output("docker inspect --format '{{.Image}}' vllm-qwen3-0.6b") == entry["image_id"]
 
 
 @pytest.mark.parametrize(
@@ -125,8 +111,29 @@ def test_an_update_moves_every_host_and_keeps_the_old_image(moved_tag):
         (["-e", "vllm_image_ref=vllm/vllm-openai@sha256:" + "0" * 64], "sha256:" + "0" * 64),
         (["-e", "vllm_image_ref=vllm/vllm-openai"], "vllm_image_ref must be repository:tag"),
         (["-e", "nvidia_container_toolkit_key_url="], "apt refuses a repository without its signing key"),
+        (
+            ["-e", "vllm_server_listen_address=0.0.0.0"],
+            "vllm_server_listen_address is 0.0.0.0, which other machines can reach: set vllm_server_api_key",
+        ),
+        (
+            ["-e", json.dumps({"vllm_server_models": [SMALL_MODEL | {"serve_flags": {"max-num-seq": 2}}]})],
+            "--max-num-seq is not a flag of `vllm serve` in the pinned vLLM; did you mean 'max-num-seqs'?",
+        ),
+        (
+            ["-e", json.dumps({"vllm_server_models": [{"recipe": "nemotron-3-super-120b-a12b-nvfp4", "port": 8000}]})],
+            "the weights (74.8 GiB) plus overhead (2.0 GiB) need 76.8 GiB",
+        ),
     ],
-    ids=["unknown-tag", "unreachable-registry", "unknown-digest", "no-tag", "repo-without-key"],
+    ids=[
+        "unknown-tag",
+        "unreachable-registry",
+        "unknown-digest",
+        "no-tag",
+        "repo-without-key",
+        "open-endpoint-without-key",
+        "flag-typo",
+        "model-too-big",
+    ],
 )
 def test_bad_input_fails_clearly_and_leaves_every_host_as_it_was(extra, message):
     lock_before = LOCK_FILE.read_text(encoding="utf-8")
@@ -147,6 +154,8 @@ def test_an_archive_on_the_host_replaces_a_missing_image_verified_by_id():
     first, second = fleet()
     for host in (first, second):
         host.check_output(f"docker save -o /var/tmp/vllm.tar vllm/vllm-openai@{entry['digest']}")
+    # Docker keeps an image a running container uses: the served model stops first, site.yml starts it again.
+    first.check_output("systemctl stop vllm-qwen3-0.6b")
     first.check_output(f"docker image rm -f {entry['image_id']}")
     lock_before = LOCK_FILE.read_text(encoding="utf-8")
     done = run_site("-e", "vllm_image_archive_path=/var/tmp/vllm.tar")
@@ -155,6 +164,7 @@ def test_an_archive_on_the_host_replaces_a_missing_image_verified_by_id():
     assert changed["fleet-1"] > 0 and changed["fleet-2"] == 0
     assert entry["image_id"] in first.check_output("docker image ls --no-trunc --quiet")
     assert LOCK_FILE.read_text(encoding="utf-8") == lock_before
+    assert first.service("vllm-qwen3-0.6b").is_running
 
 
 def test_an_archive_from_the_controller_is_copied_and_loaded(tmp_path):
@@ -162,6 +172,7 @@ def test_an_archive_from_the_controller_is_copied_and_loaded(tmp_path):
     first = fleet()[0]
     archive = tmp_path / "vllm.tar"
     subprocess.run(["docker", "cp", "fleet-1:/var/tmp/vllm.tar", str(archive)], check=True, timeout=300)
+    first.check_output("systemctl stop vllm-qwen3-0.6b")
     first.check_output(f"docker image rm -f {entry['image_id']}")
     done = run_site("-e", f"vllm_image_archive_src={archive}")
     assert done.returncode == 0, said(done)[-3000:]

@@ -3,7 +3,7 @@
 Real vLLM uses `FlexibleArgumentParser` (an argparse subclass, vllm/utils/argparse_utils.py). What matters to a
 test bench is which command lines it accepts and which it refuses, so this module reproduces exactly that:
 
-* the flag set comes from tests/data/vllm-serve-flags.txt (copied from vLLM's parser code), never from here;
+* the flag set comes from recipes/vllm-serve-flags.txt (copied from vLLM's parser code), never from here;
 * ``--flag_name`` equals ``--flag-name``, ``--flag=value`` works, ``-O3`` means ``--optimization-level 3``;
 * boolean flags accept ``--no-FLAG`` only where vLLM registers them with ``BooleanOptionalAction``;
 * anything else ends like argparse ends: usage plus ``error: unrecognized arguments: ...`` on stderr, exit 2.
@@ -85,16 +85,16 @@ class ParsedArgs:
 
 
 def default_flags_file() -> Path:
-    """Where the flag list lives: $VLLM_STANDIN_FLAGS_FILE, else beside the stand-in, else the repo's tests/data.
+    """Where the flag list lives: $VLLM_STANDIN_FLAGS_FILE, else beside the stand-in, else the repo's recipes/.
 
     The install directory is the one holding the ``vllm`` script and the ``vllm_standin`` package, so an image
-    can ship the list next to them; in the repository the list sits in tests/data (two levels up).
+    can ship the list next to them; in the repository the list sits in recipes/ (three levels up).
     """
     env = os.environ.get(FLAGS_FILE_ENV)
     if env:
         return Path(env)
     install_dir = Path(__file__).resolve().parent.parent
-    candidates = [install_dir / FLAGS_FILE_NAME, install_dir.parent.parent / "data" / FLAGS_FILE_NAME]
+    candidates = [install_dir / FLAGS_FILE_NAME, install_dir.parent.parent.parent / "recipes" / FLAGS_FILE_NAME]
     for candidate in candidates:
         if candidate.is_file():
             return candidate

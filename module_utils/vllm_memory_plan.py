@@ -1,0 +1,623 @@
+"""Plain functions behind the vllm_memory_plan module: will a recipe's vLLM flags fit a DGX Spark's unified memory?
+
+On a Spark the GPU has no VRAM of its own: `--gpu-memory-utilization` is a fraction of the 128 GB LPDDR5X pool
+that the OS, Docker and the page cache share, and when that pool runs out the whole machine can freeze. This
+module does the arithmetic before vLLM starts and refuses, with a value that would work, anything that does not
+fit:
+
+- per node (with tensor_parallel_size N each Spark holds 1/N of the weights and of the KV heads):
+  pool = MemTotal x gpu_memory_utilization; KV cache = pool - weights - overhead;
+  KV bytes per token = 2 (K and V) x attention layers x KV heads x head_dim x bytes per element;
+- the OS keeps MemTotal x (1 - gpu_memory_utilization), at least os_reserve_min_gib;
+- decode reads the active weights once per token, so tokens/s <= bandwidth / active weight bytes.
+
+The flow is build_inputs() (recipe + overrides -> PlanInputs, or the list of what is wrong with them), then
+plan() -> MemoryPlan, then as_dict() for the module's return values. Standard library only; the YAML loader
+(PyYAML, which Ansible itself needs) is imported only when a recipe is read from a file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+GIB = 2**30
+
+# What one element of the KV cache takes, by the names vLLM's --kv-cache-dtype accepts.
+KV_CACHE_DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "fp8_ds_mla": 1,
+}
+# What kv_cache_dtype "auto" means: the model's own dtype (config.json torch_dtype).
+MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+# The architecture keys the planner reads, and whether each must be a whole number.
+ARCHITECTURE_NUMBERS = {
+    "total_params_b": False,
+    "active_params_b": False,
+    "bytes_per_param": False,
+    "weight_bytes": False,
+    "attention_layers": True,
+    "kv_heads": True,
+    "head_dim": True,
+    "max_context": True,
+}
+
+# The recipe values that inventory overrides (and the module's options) may replace.
+OVERRIDABLE = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype")
+
+# The smallest max_model_len step a suggestion is rounded to.
+CONTEXT_STEP = 1024
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the arithmetic needs, already checked (build_inputs() makes these)."""
+
+    name: str
+    memory_total_bytes: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_dtype: str
+    kv_dtype_bytes: int
+    tensor_parallel_size: int
+    weight_bytes: float
+    attention_layers: int
+    kv_heads: int
+    head_dim: int
+    active_params_b: float
+    bytes_per_param: float
+    max_context: int
+    measured_decode_tok_s: float | None = None
+    overhead_gib: float = 2.0
+    os_reserve_min_gib: float = 8.0
+    max_gpu_memory_utilization: float = 0.90
+    bandwidth_gb_s: float = 273.0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The figures for one node, and why the flags do not fit (empty when they do)."""
+
+    inputs: PlanInputs
+    weights_bytes: float
+    kv_bytes_per_token: int
+    pool_bytes: float
+    kv_cache_bytes: float
+    kv_capacity_tokens: int
+    max_full_length_seqs: int
+    os_reserve_bytes: float
+    decode_bound_tok_s: float
+    reasons: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading a recipe
+
+
+def available_recipes(recipes_dir: str) -> list[str]:
+    """The recipe names (file names without .yml) in `recipes_dir`, sorted; empty when it cannot be listed."""
+    try:
+        entries = os.listdir(recipes_dir)
+    except OSError:
+        return []
+    return sorted(entry[: -len(".yml")] for entry in entries if entry.endswith(".yml"))
+
+
+def load_recipe(recipe: object, recipes_dir: str | None, name: str = "recipe") -> tuple[dict | None, list[str]]:
+    """The recipe as a dict: `recipe` itself when it is a mapping, else the file <recipes_dir>/<recipe>.yml.
+    Returns (recipe, []) or (None, problems)."""
+    if isinstance(recipe, Mapping):
+        return dict(recipe), []
+    if not isinstance(recipe, str) or not recipe:
+        return None, [f"{name}: the recipe must be a recipe name or a mapping of recipe keys, not {_show(recipe)}"]
+    if not recipes_dir:
+        return None, [f"{name}: recipe {recipe!r} is a name, so recipes_dir must say where the recipe files live"]
+    available = available_recipes(recipes_dir)
+    if not os.path.isdir(recipes_dir):
+        return None, [f"{name}: recipes_dir {recipes_dir} is not a directory, so recipe {recipe!r} cannot be read"]
+    path = os.path.join(recipes_dir, f"{recipe}.yml")
+    if "/" in recipe or recipe.startswith(".") or not os.path.isfile(path):
+        listed = ", ".join(available) if available else "none"
+        return None, [f"{name}: recipe {recipe!r} was not found: no {path} (available: {listed})"]
+    import yaml  # PyYAML comes with Ansible; imported here so the arithmetic needs nothing outside the stdlib.
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            loaded = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as error:
+        return None, [f"{name}: recipe {recipe!r} could not be read from {path}: {error}"]
+    if not isinstance(loaded, Mapping):
+        return None, [f"{name}: {path} does not hold a mapping of recipe keys (it holds {type(loaded).__name__})"]
+    return dict(loaded), []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking the inputs (every problem at once, before any arithmetic)
+
+
+def _show(value: object) -> str:
+    """A value as it would be written in YAML-ish messages: strings quoted, the rest as is."""
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def long_context_allowed(recipe: Mapping) -> bool:
+    """Whether the recipe's env lets vLLM accept max_model_len above the model's max_position_embeddings."""
+    env = recipe.get("env")
+    if not isinstance(env, Mapping):
+        return False
+    return str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
+
+
+def _architecture_problems(architecture: object, name: str) -> list[str]:
+    if not isinstance(architecture, Mapping):
+        return [f"{name}.architecture: must be a mapping of the model's figures, not {_show(architecture)}"]
+    problems = []
+    for key, whole in ARCHITECTURE_NUMBERS.items():
+        value = architecture.get(key)
+        if not (_is_positive_int(value) if whole else _is_number(value) and value > 0):
+            kind = "a positive whole number" if whole else "a positive number"
+            problems.append(_found(name, f"architecture.{key}", value, kind))
+    dtype = architecture.get("dtype")
+    if dtype not in MODEL_DTYPE_BYTES:
+        requirement = f"the model's torch_dtype, one of {', '.join(MODEL_DTYPE_BYTES)}"
+        problems.append(_found(name, "architecture.dtype", dtype, requirement))
+    active, total = architecture.get("active_params_b"), architecture.get("total_params_b")
+    if _is_number(active) and _is_number(total) and 0 < total < active:
+        problems.append(
+            f"{name}.architecture.active_params_b={active}: more than total_params_b={total}; a model cannot read "
+            "more parameters per token than it has"
+        )
+    return problems
+
+
+def _found(name: str, key: str, value: object, requirement: str) -> str:
+    """An input problem: '<name>.<key> is missing; it must be ...' or '<name>.<key>=<value>: must be ...'."""
+    if value is None:
+        return f"{name}.{key} is missing; it must be {requirement}"
+    return f"{name}.{key}={_show(value)}: must be {requirement}"
+
+
+def _flag_problems(values: Mapping, name: str) -> list[str]:
+    problems = []
+    utilization = values.get("gpu_memory_utilization")
+    if not (_is_number(utilization) and 0 < utilization < 1):
+        requirement = "a fraction of the shared memory pool, between 0 and 1 (exclusive), e.g. 0.85"
+        problems.append(_found(name, "gpu_memory_utilization", utilization, requirement))
+    for key in ("max_model_len", "max_num_seqs", "tensor_parallel_size"):
+        if not _is_positive_int(values.get(key)):
+            problems.append(_found(name, key, values.get(key), "a positive whole number"))
+    dtype = values.get("kv_cache_dtype")
+    if dtype != "auto" and dtype not in KV_CACHE_DTYPE_BYTES:
+        requirement = f"one of auto, {', '.join(KV_CACHE_DTYPE_BYTES)}"
+        problems.append(_found(name, "kv_cache_dtype", dtype, requirement))
+    return problems
+
+
+def _context_problems(values: Mapping, architecture: Mapping, allow_long: bool, name: str) -> list[str]:
+    max_model_len, max_context = values.get("max_model_len"), architecture.get("max_context")
+    if allow_long or not (_is_positive_int(max_model_len) and _is_positive_int(max_context)):
+        return []
+    if max_model_len <= max_context:
+        return []
+    return [
+        f"{name}.max_model_len={max_model_len}: above the model's max_context {max_context:,}, which vLLM refuses; "
+        f"set max_model_len to {max_context} or lower (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in {name}.env when "
+        "the model is known to work beyond it)"
+    ]
+
+
+def _settings_problems(
+    memory_total_bytes: object,
+    overhead_gib: object,
+    os_reserve_min_gib: object,
+    max_gpu_memory_utilization: object,
+    bandwidth_gb_s: object,
+) -> list[str]:
+    problems = []
+    if not (_is_number(memory_total_bytes) and memory_total_bytes > 0):
+        problems.append(f"memory_total_bytes={_show(memory_total_bytes)}: must be the host's MemTotal, in bytes (> 0)")
+    for key, value in (("overhead_gib", overhead_gib), ("os_reserve_min_gib", os_reserve_min_gib)):
+        if not (_is_number(value) and value >= 0):
+            problems.append(f"{key}={_show(value)}: must be a number of GiB, 0 or more")
+    if not (_is_number(max_gpu_memory_utilization) and 0 < max_gpu_memory_utilization <= 1):
+        problems.append(
+            f"max_gpu_memory_utilization={_show(max_gpu_memory_utilization)}: must be a fraction in (0, 1], e.g. 0.90"
+        )
+    if not (_is_number(bandwidth_gb_s) and bandwidth_gb_s > 0):
+        problems.append(f"bandwidth_gb_s={_show(bandwidth_gb_s)}: must be the memory bandwidth in GB/s (> 0)")
+    return problems
+
+
+def _measured_decode(recipe: Mapping, name: str) -> tuple[float | None, list[str]]:
+    measured = recipe.get("measured")
+    if measured is None:
+        return None, []
+    if not isinstance(measured, Mapping):
+        return None, [f"{name}.measured: must be a mapping (decode_tok_s, source), not {_show(measured)}"]
+    value = measured.get("decode_tok_s")
+    if value is None:
+        return None, []
+    if not (_is_number(value) and value > 0):
+        return None, [f"{name}.measured.decode_tok_s={_show(value)}: must be a positive number of tokens/s"]
+    return float(value), []
+
+
+def build_inputs(
+    recipe: Mapping,
+    overrides: Mapping | None = None,
+    *,
+    memory_total_bytes: object,
+    name: str = "recipe",
+    overhead_gib: object = 2.0,
+    os_reserve_min_gib: object = 8.0,
+    max_gpu_memory_utilization: object = 0.90,
+    bandwidth_gb_s: object = 273.0,
+) -> tuple[PlanInputs | None, list[str]]:
+    """The checked inputs of the plan: the recipe's values, replaced by any override that is not None.
+    Returns (inputs, []) or (None, every problem found)."""
+    if not isinstance(recipe, Mapping):
+        return None, [f"{name}: the recipe must be a mapping of recipe keys, not {_show(recipe)}"]
+    values = {key: recipe.get(key) for key in (*OVERRIDABLE, "tensor_parallel_size")}
+    values.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    architecture = recipe.get("architecture")
+    measured, measured_problems = _measured_decode(recipe, name)
+    problems = [
+        *_flag_problems(values, name),
+        *_architecture_problems(architecture, name),
+        *measured_problems,
+        *_settings_problems(
+            memory_total_bytes, overhead_gib, os_reserve_min_gib, max_gpu_memory_utilization, bandwidth_gb_s
+        ),
+    ]
+    if isinstance(architecture, Mapping):
+        problems += _context_problems(values, architecture, long_context_allowed(recipe), name)
+    if problems:
+        return None, problems
+    dtype = values["kv_cache_dtype"]
+    kv_dtype_bytes = MODEL_DTYPE_BYTES[architecture["dtype"]] if dtype == "auto" else KV_CACHE_DTYPE_BYTES[dtype]
+    inputs = PlanInputs(
+        name=name,
+        memory_total_bytes=int(memory_total_bytes),
+        gpu_memory_utilization=float(values["gpu_memory_utilization"]),
+        max_model_len=values["max_model_len"],
+        max_num_seqs=values["max_num_seqs"],
+        kv_cache_dtype=dtype,
+        kv_dtype_bytes=kv_dtype_bytes,
+        tensor_parallel_size=values["tensor_parallel_size"],
+        weight_bytes=float(architecture["weight_bytes"]),
+        attention_layers=architecture["attention_layers"],
+        kv_heads=architecture["kv_heads"],
+        head_dim=architecture["head_dim"],
+        active_params_b=float(architecture["active_params_b"]),
+        bytes_per_param=float(architecture["bytes_per_param"]),
+        max_context=architecture["max_context"],
+        measured_decode_tok_s=measured,
+        overhead_gib=float(overhead_gib),
+        os_reserve_min_gib=float(os_reserve_min_gib),
+        max_gpu_memory_utilization=float(max_gpu_memory_utilization),
+        bandwidth_gb_s=float(bandwidth_gb_s),
+    )
+    return inputs, []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Arithmetic (per node)
+
+
+def weights_bytes_per_node(inputs: PlanInputs) -> float:
+    return inputs.weight_bytes / inputs.tensor_parallel_size
+
+
+def kv_bytes_per_token(inputs: PlanInputs) -> int:
+    """K and V for every attention layer, for the KV heads one node holds. Tensor parallelism splits the KV heads;
+    when there are fewer heads than nodes vLLM replicates them, hence the rounding up."""
+    heads_per_node = math.ceil(inputs.kv_heads / inputs.tensor_parallel_size)
+    return 2 * inputs.attention_layers * heads_per_node * inputs.head_dim * inputs.kv_dtype_bytes
+
+
+def pool_bytes(inputs: PlanInputs, utilization: float) -> float:
+    return inputs.memory_total_bytes * utilization
+
+
+def overhead_bytes(inputs: PlanInputs) -> float:
+    return inputs.overhead_gib * GIB
+
+
+def kv_cache_bytes(inputs: PlanInputs, utilization: float) -> float:
+    """What is left of vLLM's share for the KV cache; negative when the weights alone do not fit."""
+    return pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
+
+
+def kv_capacity_tokens(inputs: PlanInputs, utilization: float) -> int:
+    return max(0, math.floor(kv_cache_bytes(inputs, utilization) / kv_bytes_per_token(inputs)))
+
+
+def os_reserve_bytes(inputs: PlanInputs, utilization: float) -> float:
+    return inputs.memory_total_bytes * (1 - utilization)
+
+
+def decode_bound_tok_s(inputs: PlanInputs) -> float:
+    """Tokens/s if decoding were limited by reading the active weights (this node's share) once per token."""
+    active_bytes = inputs.active_params_b * 1e9 * inputs.bytes_per_param / inputs.tensor_parallel_size
+    return inputs.bandwidth_gb_s * 1e9 / active_bytes
+
+
+def utilization_is_safe(inputs: PlanInputs, utilization: float) -> bool:
+    return (
+        utilization <= inputs.max_gpu_memory_utilization
+        and os_reserve_bytes(inputs, utilization) >= inputs.os_reserve_min_gib * GIB
+    )
+
+
+def _hundredths(value: float, up: bool) -> float:
+    """`value` rounded up or down to 0.01, ignoring float noise below a millionth of a step."""
+    steps = round(value * 100, 6)
+    return (math.ceil(steps) if up else math.floor(steps)) / 100
+
+
+def largest_safe_utilization(inputs: PlanInputs) -> float | None:
+    """The largest gpu_memory_utilization (a multiple of 0.01) within max_gpu_memory_utilization that leaves
+    os_reserve_min_gib; None when even 0.01 leaves too little."""
+    limit = min(inputs.max_gpu_memory_utilization, 1 - inputs.os_reserve_min_gib * GIB / inputs.memory_total_bytes)
+    utilization = _hundredths(limit, up=False)
+    while utilization > 0 and not utilization_is_safe(inputs, utilization):
+        utilization = round(utilization - 0.01, 2)
+    return utilization if utilization > 0 else None
+
+
+def smallest_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
+    """The smallest gpu_memory_utilization (a multiple of 0.01) whose KV cache holds `tokens`; None if below 1
+    there is none. Safety is the caller's question."""
+    needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + tokens * kv_bytes_per_token(inputs)
+    utilization = max(0.01, _hundredths(needed / inputs.memory_total_bytes, up=True))
+    while utilization < 1 and kv_capacity_tokens(inputs, utilization) < tokens:
+        utilization = round(utilization + 0.01, 2)
+    return utilization if utilization < 1 else None
+
+
+def safe_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
+    """smallest_utilization_holding(), when it is also safe."""
+    utilization = smallest_utilization_holding(inputs, tokens)
+    safe = largest_safe_utilization(inputs)
+    return utilization if utilization is not None and safe is not None and utilization <= safe else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusals, each naming the variable and a value that works
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.1f} GiB"
+
+
+def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
+    utilization = inputs.gpu_memory_utilization
+    if safe is not None and utilization_is_safe(inputs, utilization):
+        return None
+    label = f"{inputs.name}.gpu_memory_utilization={utilization}"
+    reserve = os_reserve_bytes(inputs, utilization)
+    found = (
+        f"it leaves {_gib(reserve)} of {_gib(inputs.memory_total_bytes)} for the OS, Docker and page cache "
+        f"(os_reserve_min_gib asks for {inputs.os_reserve_min_gib:.1f} GiB)"
+    )
+    if utilization > inputs.max_gpu_memory_utilization:
+        found += f" and is above max_gpu_memory_utilization {inputs.max_gpu_memory_utilization:.2f}"
+    risk = "when the shared pool runs out a Spark can freeze and need a power cycle"
+    if safe is None:
+        return (
+            f"{label}: no gpu_memory_utilization leaves os_reserve_min_gib {inputs.os_reserve_min_gib:.1f} GiB of "
+            f"this host's {_gib(inputs.memory_total_bytes)}; {risk}"
+        )
+    fix = f"set gpu_memory_utilization to {safe:.2f} or lower"
+    least = safe_utilization_holding(inputs, inputs.max_model_len)
+    if least is not None and least < safe:
+        fix += f" (at least {least:.2f} to hold one {inputs.max_model_len:,}-token sequence)"
+    return f"{label}: {found}; {risk}; {fix}"
+
+
+def _bigger_setup_hint(inputs: PlanInputs) -> str:
+    """What to try when the nodes cannot hold the model at any safe utilization."""
+    if inputs.tensor_parallel_size > 1:
+        return "use a smaller quantization (e.g. NVFP4)"
+    utilization = safe_utilization_holding(replace(inputs, tensor_parallel_size=2), inputs.max_model_len)
+    if utilization is None:
+        return (
+            "use a smaller quantization (e.g. NVFP4); even tensor_parallel_size 2 (two Sparks) would not hold it "
+            f"with one {inputs.max_model_len:,}-token sequence"
+        )
+    return (
+        f"use a smaller quantization (e.g. NVFP4), or set {inputs.name}.tensor_parallel_size to 2 (two Sparks) "
+        f"with gpu_memory_utilization {utilization:.2f}"
+    )
+
+
+def _weights_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool) -> str:
+    weights, overhead = weights_bytes_per_node(inputs), overhead_bytes(inputs)
+    per_node = " per node" if inputs.tensor_parallel_size > 1 else ""
+    found = (
+        f"the weights ({_gib(weights)}{per_node}) plus overhead ({_gib(overhead)}) need {_gib(weights + overhead)}, "
+        f"more than the {_gib(pool_bytes(inputs, utilization))} pool ({utilization:.2f} of "
+        f"{_gib(inputs.memory_total_bytes)})"
+    )
+    if at_safe_limit:
+        found = f"even at the largest safe gpu_memory_utilization {utilization:.2f}, {found}"
+    label = f"{inputs.name}.gpu_memory_utilization={inputs.gpu_memory_utilization}"
+    fix = safe_utilization_holding(inputs, inputs.max_model_len)
+    if fix is not None:
+        return (
+            f"{label}: {found}; set gpu_memory_utilization to {fix:.2f} (it holds the weights and one "
+            f"{inputs.max_model_len:,}-token sequence)"
+        )
+    safe = largest_safe_utilization(inputs)
+    capacity = kv_capacity_tokens(inputs, safe) if safe is not None else 0
+    shorter = capacity // CONTEXT_STEP * CONTEXT_STEP
+    if shorter:
+        return (
+            f"{label}: {found}; at the largest safe gpu_memory_utilization {safe:.2f} the KV cache holds only "
+            f"{capacity:,} tokens: set gpu_memory_utilization to {safe:.2f} and {inputs.name}.max_model_len to "
+            f"{shorter} or lower, or {_bigger_setup_hint(inputs)}"
+        )
+    nodes = "one Spark" if inputs.tensor_parallel_size == 1 else f"{inputs.tensor_parallel_size} Sparks"
+    return (
+        f"{label}: {found}; the model does not fit {nodes} at any safe gpu_memory_utilization: "
+        f"{_bigger_setup_hint(inputs)}"
+    )
+
+
+def _context_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool) -> str:
+    capacity = kv_capacity_tokens(inputs, utilization)
+    where = (
+        f"at the largest safe gpu_memory_utilization {utilization:.2f}"
+        if at_safe_limit
+        else f"at gpu_memory_utilization {utilization:.2f}"
+    )
+    found = (
+        f"{inputs.name}.max_model_len={inputs.max_model_len}: the KV cache holds {capacity:,} tokens {where}, "
+        "less than one full-length sequence"
+    )
+    fixes = []
+    shorter = capacity // CONTEXT_STEP * CONTEXT_STEP
+    if shorter:
+        fixes.append(f"max_model_len to {shorter} or lower")
+    more = None if at_safe_limit else safe_utilization_holding(inputs, inputs.max_model_len)
+    if more is not None:
+        fixes.append(f"gpu_memory_utilization to {more:.2f}")
+    if fixes:
+        return f"{found}; set {', or '.join(fixes)}"
+    return f"{found}; {_bigger_setup_hint(inputs)}"
+
+
+def refusal_reasons(inputs: PlanInputs) -> list[str]:
+    """Why these flags must not be started on a Spark; empty when they fit. When gpu_memory_utilization is unsafe
+    the fit is judged at the largest safe one, so that following every suggestion gives a plan that fits."""
+    safe = largest_safe_utilization(inputs)
+    reasons = []
+    safety = _safety_reason(inputs, safe)
+    if safety:
+        reasons.append(safety)
+        if safe is None:
+            return reasons
+    utilization = inputs.gpu_memory_utilization if safety is None else safe
+    at_safe_limit = safety is not None
+    if kv_cache_bytes(inputs, utilization) < 0:
+        reasons.append(_weights_reason(inputs, utilization, at_safe_limit))
+    elif kv_capacity_tokens(inputs, utilization) < inputs.max_model_len:
+        reasons.append(_context_reason(inputs, utilization, at_safe_limit))
+    return reasons
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The plan
+
+
+def plan(inputs: PlanInputs) -> MemoryPlan:
+    utilization = inputs.gpu_memory_utilization
+    capacity = kv_capacity_tokens(inputs, utilization)
+    return MemoryPlan(
+        inputs=inputs,
+        weights_bytes=weights_bytes_per_node(inputs),
+        kv_bytes_per_token=kv_bytes_per_token(inputs),
+        pool_bytes=pool_bytes(inputs, utilization),
+        kv_cache_bytes=max(0.0, kv_cache_bytes(inputs, utilization)),
+        kv_capacity_tokens=capacity,
+        max_full_length_seqs=capacity // inputs.max_model_len,
+        os_reserve_bytes=os_reserve_bytes(inputs, utilization),
+        decode_bound_tok_s=decode_bound_tok_s(inputs),
+        reasons=tuple(refusal_reasons(inputs)),
+    )
+
+
+def summary(memory_plan: MemoryPlan) -> str:
+    """One human line: what goes where, and the concurrency and speed to expect."""
+    inputs = memory_plan.inputs
+    nodes = "" if inputs.tensor_parallel_size == 1 else f" per node of {inputs.tensor_parallel_size}"
+    verdict = "fits" if memory_plan.fits else "DOES NOT FIT"
+    line = (
+        f"{inputs.name} {verdict}{nodes}: weights {_gib(memory_plan.weights_bytes)} + overhead "
+        f"{_gib(overhead_bytes(inputs))} + KV cache {_gib(memory_plan.kv_cache_bytes)} in a "
+        f"{_gib(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
+        f"{_gib(inputs.memory_total_bytes)}), {_gib(memory_plan.os_reserve_bytes)} left for the OS; KV cache "
+        f"{memory_plan.kv_capacity_tokens:,} tokens at {memory_plan.kv_bytes_per_token:,} B/token = "
+        f"{memory_plan.max_full_length_seqs:,} sequences of {inputs.max_model_len:,} tokens"
+    )
+    if inputs.max_num_seqs > memory_plan.max_full_length_seqs:
+        line += (
+            f" (max_num_seqs {inputs.max_num_seqs} is more: fine, vLLM schedules by active context, so that many "
+            "run at once only while their contexts are shorter)"
+        )
+    line += f"; decode at most {memory_plan.decode_bound_tok_s:,.1f} tok/s (bandwidth bound)"
+    if inputs.measured_decode_tok_s is not None:
+        line += f", {inputs.measured_decode_tok_s:,.1f} tok/s measured"
+    return line
+
+
+def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
+    """The module's return values."""
+    inputs = memory_plan.inputs
+    return {
+        "weights_gib": round(memory_plan.weights_bytes / GIB, 2),
+        "kv_bytes_per_token": memory_plan.kv_bytes_per_token,
+        "kv_capacity_tokens": memory_plan.kv_capacity_tokens,
+        "max_full_length_seqs": memory_plan.max_full_length_seqs,
+        "os_reserve_gib": round(memory_plan.os_reserve_bytes / GIB, 2),
+        "decode_bound_tok_s": round(memory_plan.decode_bound_tok_s, 1),
+        "measured_decode_tok_s": inputs.measured_decode_tok_s,
+        "fits": memory_plan.fits,
+        "reasons": list(memory_plan.reasons),
+        "pool_gib": round(memory_plan.pool_bytes / GIB, 2),
+        "kv_cache_gib": round(memory_plan.kv_cache_bytes / GIB, 2),
+        "memory_total_gib": round(inputs.memory_total_bytes / GIB, 2),
+        "tensor_parallel_size": inputs.tensor_parallel_size,
+        "gpu_memory_utilization": inputs.gpu_memory_utilization,
+        "max_model_len": inputs.max_model_len,
+        "max_num_seqs": inputs.max_num_seqs,
+        "kv_cache_dtype": inputs.kv_cache_dtype,
+        "summary": summary(memory_plan),
+    }
+
+
+def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
+    """The module's return values when the inputs could not be planned: every figure null, the problems as reasons."""
+    keys = (
+        "weights_gib",
+        "kv_bytes_per_token",
+        "kv_capacity_tokens",
+        "max_full_length_seqs",
+        "os_reserve_gib",
+        "decode_bound_tok_s",
+        "measured_decode_tok_s",
+        "pool_gib",
+        "kv_cache_gib",
+        "memory_total_gib",
+        "tensor_parallel_size",
+        "gpu_memory_utilization",
+        "max_model_len",
+        "max_num_seqs",
+        "kv_cache_dtype",
+    )
+    result: dict[str, Any] = dict.fromkeys(keys)
+    result.update(fits=False, reasons=list(reasons), summary=f"not planned: {len(reasons)} problem(s) with the input")
+    return result

@@ -1,0 +1,274 @@
+"""Model recipes: load one, apply inventory overrides, check it, and turn it into `vllm serve` arguments.
+
+A recipe is data (recipes/<name>.yml, schema in recipes/README.md). Everything that can be wrong with one is
+found here, on the controller, before a host is touched: a key of the wrong type, a flag the pinned vLLM
+does not have (a typo would otherwise fail only after a 15-minute weight load), a secret in the wrong place.
+Problems are returned as a list of messages that name the inventory variable (``label``) and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+
+# The planner's four values: top-level recipe keys, rendered as these flags.
+PLANNED_FLAGS = {
+    "gpu_memory_utilization": "gpu-memory-utilization",
+    "max_model_len": "max-model-len",
+    "max_num_seqs": "max-num-seqs",
+    "kv_cache_dtype": "kv-cache-dtype",
+}
+# Flags the role sets itself from other variables; a recipe that sets them would fight the role.
+ROLE_FLAGS = {
+    "model": "hf_repo",
+    "revision": "hf_revision",
+    "served-model-name": "served_model_name",
+    "tensor-parallel-size": "tensor_parallel_size",
+    "host": "vllm_server_listen_address",
+    "port": "the port of the vllm_server_models entry",
+    "api-key": "vllm_server_api_key (kept in a root-only file)",
+    "hf-token": "vllm_server_hf_token (kept in a root-only file)",
+}
+# Environment variables that carry secrets: never in a recipe (recipes are committed and shown in logs).
+SECRET_ENV = {
+    "HF_TOKEN": "vllm_server_hf_token",
+    "HUGGING_FACE_HUB_TOKEN": "vllm_server_hf_token",
+    "VLLM_API_KEY": "vllm_server_api_key",
+}
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "half", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+MODEL_DTYPES = ("bfloat16", "float16", "float32")
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+REVISION = re.compile(r"^[0-9a-f]{40}$")
+IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_.-]+|@sha256:[0-9a-f]{64})$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+ARCHITECTURE_NUMBERS = ("total_params_b", "active_params_b", "bytes_per_param", "weight_bytes")
+ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context")
+
+
+class RecipeError(Exception):
+    """A recipe that cannot be loaded at all (missing file, not YAML, not a mapping)."""
+
+
+# --- loading and overriding ----------------------------------------------------------------------------------
+
+
+def recipe_names(recipes_dir: str | Path) -> list[str]:
+    """The recipes in a folder: every <name>.yml."""
+    return sorted(path.stem for path in Path(recipes_dir).glob("*.yml"))
+
+
+def load_recipe(name: str, recipes_dir: str | Path) -> dict:
+    """The recipe <recipes_dir>/<name>.yml as a dict; RecipeError names the file and the recipes that exist."""
+    import yaml  # PyYAML ships with Ansible; imported here so the pure functions below need nothing
+
+    path = Path(recipes_dir) / f"{name}.yml"
+    if not NAME.match(name or "") or not path.is_file():
+        known = ", ".join(recipe_names(recipes_dir)) or "none"
+        raise RecipeError(f"no recipe named {name!r} in {recipes_dir} (recipes there: {known})")
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise RecipeError(f"{path} is not valid YAML: {error}") from error
+    if not isinstance(recipe, dict):
+        raise RecipeError(f"{path} must hold a mapping of recipe keys, not {type(recipe).__name__}")
+    return recipe
+
+
+def apply_overrides(recipe: dict, overrides: dict) -> dict:
+    """The recipe with `overrides` laid over it: mappings merge key by key, anything else replaces."""
+    merged = dict(recipe)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = apply_overrides(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+# --- the schema ----------------------------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
+    """Every way `recipe` departs from the schema in recipes/README.md, one message each."""
+    problems: list[str] = []
+
+    def need(key: str, ok: bool, expected: str) -> None:
+        if key not in recipe:
+            problems.append(f"{label}.{key} is missing: expected {expected}")
+        elif not ok:
+            problems.append(f"{label}.{key}={recipe[key]!r}: expected {expected}")
+
+    get = recipe.get
+    need("name", isinstance(get("name"), str) and bool(NAME.match(get("name"))), "a name like 'gpt-oss-120b'")
+    need("description", isinstance(get("description"), str) and bool(get("description")), "one line of text")
+    need("hf_repo", isinstance(get("hf_repo"), str) and bool(HF_REPO.match(get("hf_repo"))), "'org/model'")
+    need(
+        "hf_revision",
+        isinstance(get("hf_revision"), str) and bool(REVISION.match(get("hf_revision"))),
+        "a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
+        "(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)",
+    )
+    need("served_model_name", isinstance(get("served_model_name"), str) and bool(get("served_model_name")), "text")
+    if "image" in recipe and get("image") not in ("", None):
+        need("image", isinstance(get("image"), str) and bool(IMAGE.match(get("image"))), "repo:tag or repo@sha256:…")
+    need("tensor_parallel_size", _is_int(get("tensor_parallel_size")) and get("tensor_parallel_size") >= 1, "1 or 2")
+    utilization = get("gpu_memory_utilization")
+    need("gpu_memory_utilization", _is_number(utilization) and 0 < utilization < 1, "a fraction between 0 and 1")
+    need("max_model_len", _is_int(get("max_model_len")) and get("max_model_len") > 0, "a positive number of tokens")
+    need("max_num_seqs", _is_int(get("max_num_seqs")) and get("max_num_seqs") > 0, "a positive integer")
+    need("kv_cache_dtype", get("kv_cache_dtype") in KV_CACHE_DTYPES, "one of " + ", ".join(KV_CACHE_DTYPES))
+    need("serve_flags", isinstance(get("serve_flags"), dict), "a mapping of flag name to value ({} for none)")
+    need("env", isinstance(get("env"), dict), "a mapping of variable name to text ({} for none)")
+    need("architecture", isinstance(get("architecture"), dict), "a mapping (see recipes/README.md)")
+    need("sources", isinstance(get("sources"), dict), "a mapping with 'flags' and 'architecture'")
+    if isinstance(get("architecture"), dict):
+        problems += _architecture_problems(get("architecture"), f"{label}.architecture")
+    if isinstance(get("sources"), dict):
+        for key in ("flags", "architecture"):
+            if not isinstance(get("sources").get(key), str) or not get("sources")[key]:
+                problems.append(f"{label}.sources.{key} is missing: say where the figures were published")
+    if isinstance(get("env"), dict):
+        problems += _env_problems(get("env"), f"{label}.env")
+    measured = get("measured")
+    if measured is not None and not (
+        isinstance(measured, dict) and _is_number(measured.get("decode_tok_s")) and measured.get("source")
+    ):
+        problems.append(f"{label}.measured: expected decode_tok_s (a number) and source, or no 'measured' at all")
+    return problems
+
+
+def _architecture_problems(architecture: dict, label: str) -> list[str]:
+    problems = []
+    for key in ARCHITECTURE_NUMBERS:
+        if not (_is_number(architecture.get(key)) and architecture[key] > 0):
+            problems.append(f"{label}.{key}={architecture.get(key)!r}: expected a positive number")
+    for key in ARCHITECTURE_COUNTS:
+        if not (_is_int(architecture.get(key)) and architecture[key] > 0):
+            problems.append(f"{label}.{key}={architecture.get(key)!r}: expected a positive integer")
+    if architecture.get("dtype") not in MODEL_DTYPES:
+        problems.append(f"{label}.dtype={architecture.get('dtype')!r}: expected one of {', '.join(MODEL_DTYPES)}")
+    total, active = architecture.get("total_params_b"), architecture.get("active_params_b")
+    if _is_number(total) and _is_number(active) and active > total:
+        problems.append(f"{label}.active_params_b={active} is more than total_params_b={total}")
+    return problems
+
+
+def _env_problems(env: dict, label: str) -> list[str]:
+    problems = []
+    for key, value in env.items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            problems.append(f"{label}: {key!r} is not an environment variable name")
+        elif key in SECRET_ENV:
+            problems.append(f"{label}.{key}: secrets never go in a recipe; set {SECRET_ENV[key]} instead")
+        elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            problems.append(f'{label}.{key}={value!r}: expected text (quote it, e.g. "1")')
+    return problems
+
+
+# --- the flag list of the pinned vLLM ------------------------------------------------------------------------
+
+
+def load_flag_kinds(path: str | Path) -> dict[str, str]:
+    """Flag name (no dashes) -> kind, from a `vllm serve` flag list (``--FLAG KIND [ALIAS...]`` lines)."""
+    kinds: dict[str, str] = {}
+    for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].split()
+        if line:
+            kinds[line[0].removeprefix("--")] = line[1] if len(line) > 1 else "value"
+    return kinds
+
+
+def flag_problems(recipe: dict, flag_kinds: dict[str, str], label: str = "recipe") -> list[str]:
+    """Every serve_flags entry vLLM would refuse, or that belongs elsewhere, with the fix."""
+    problems = []
+    flags = recipe.get("serve_flags")
+    if not isinstance(flags, dict):
+        return problems
+    for name, value in flags.items():
+        where = f"{label}.serve_flags.{name}"
+        if not isinstance(name, str) or not FLAG_NAME.match(name):
+            problems.append(f"{where}: write flags dashed and without the leading '--' (e.g. max-num-batched-tokens)")
+            continue
+        planned = {flag: key for key, flag in PLANNED_FLAGS.items()}
+        if name in planned:
+            problems.append(f"{where}: set {label}.{planned[name]} instead (the memory planner reads it there)")
+        elif name in ROLE_FLAGS:
+            problems.append(f"{where}: the role sets --{name} from {ROLE_FLAGS[name]}; remove it here")
+        elif name not in flag_kinds:
+            close = difflib.get_close_matches(name, flag_kinds, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"{where}: --{name} is not a flag of `vllm serve` in the pinned vLLM{hint}")
+        elif value is not None:
+            problem = _value_problem(flag_kinds[name], value)
+            if problem:
+                problems.append(f"{where}={value!r}: {problem}")
+    return problems
+
+
+def _value_problem(kind: str, value: object) -> str | None:
+    """Why `value` cannot be given to a flag of this kind, or None."""
+    if kind in ("bool", "switch"):
+        if not isinstance(value, bool):
+            return "this flag takes no value: write true (or false to leave it off)"
+        return None
+    if kind == "json":
+        return None if isinstance(value, (dict, list, str, int, float)) else "expected a mapping or text"
+    if kind == "many":
+        ok = isinstance(value, list) and len(value) > 0 and all(isinstance(item, (str, int, float)) for item in value)
+        return None if ok or isinstance(value, (str, int, float)) else "expected a value or a list of values"
+    if isinstance(value, bool) and kind != "optional":
+        return "this flag takes a value, not true/false"
+    return None if isinstance(value, (str, int, float)) else "expected a single value"
+
+
+# --- rendering -----------------------------------------------------------------------------------------------
+
+
+def _text(value: object) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return str(value)
+
+
+def serve_args(recipe: dict, flag_kinds: dict[str, str]) -> list[str]:
+    """The arguments after `vllm serve` for a checked recipe (the role adds --host and --port)."""
+    args = [recipe["hf_repo"], "--revision", recipe["hf_revision"]]
+    args += ["--served-model-name", recipe["served_model_name"]]
+    for key, flag in PLANNED_FLAGS.items():
+        args += [f"--{flag}", _text(recipe[key])]
+    if recipe["tensor_parallel_size"] > 1:
+        args += ["--tensor-parallel-size", str(recipe["tensor_parallel_size"])]
+    for name, value in recipe["serve_flags"].items():
+        kind = flag_kinds.get(name, "value")
+        if value is None:
+            continue
+        if value is True:
+            args.append(f"--{name}")
+        elif value is False:
+            # BooleanOptionalAction flags can be switched off explicitly; plain switches are off when absent.
+            if kind == "bool":
+                args.append(f"--no-{name}")
+        elif isinstance(value, list) and kind == "many":
+            args += [f"--{name}", *(_text(item) for item in value)]
+        else:
+            args += [f"--{name}", _text(value)]
+    return args
+
+
+def container_env(recipe: dict) -> dict[str, str]:
+    """The recipe's environment as text, sorted, for the unit's --env lines."""
+    return {key: str(value) for key, value in sorted(recipe["env"].items())}

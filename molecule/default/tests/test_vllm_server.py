@@ -1,0 +1,190 @@
+"""What site.yml's vLLM stage left on a simulated Spark: a systemd unit running the pinned (stand-in) vLLM image
+from the qwen3-0.6b recipe, answering on loopback behind an API key, its secrets in a root-only file and
+nowhere else, its caches mounted from the host, and earlyoom watching the unified memory.
+
+The last tests run site.yml again themselves: a recipe change restarts the unit once, and a new configuration
+that cannot start (its port is taken) is rolled back to the last good one while that endpoint keeps answering.
+They run in file order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import testinfra.utils.ansible_runner
+import yaml
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import changed_per_host, run_site, said
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
+
+UNIT = "vllm-qwen3-0.6b.service"
+CONTAINER = "vllm-qwen3-0.6b"
+URL = "http://127.0.0.1:8000"
+SERVED = "qwen3-0.6b"
+SECRETS_FILE = "/etc/sparkfleet/vllm/qwen3-0.6b.secrets.env"
+LOCK_FILE = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent / "vllm-image.lock.yml"
+
+
+@pytest.fixture(scope="module")
+def secrets(host) -> dict[str, str]:
+    """The test secrets molecule.yml sets for the scenario."""
+    variables = host.ansible.get_variables()
+    return {"api_key": variables["vllm_server_api_key"], "hf_token": variables["vllm_server_hf_token"]}
+
+
+def curl(host, path: str, api_key: str | None = None, body: dict | None = None) -> tuple[int, str]:
+    """HTTP status and body of a request made inside the host, where the endpoint listens on loopback."""
+    command = f"curl -sS -N -o /tmp/answer -w '%{{http_code}}' {URL}{path}"
+    if api_key:
+        command += f" -H 'Authorization: Bearer {api_key}'"
+    if body is not None:
+        command += f" -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
+    status = host.check_output(command)
+    return int(status), host.file("/tmp/answer").content_string
+
+
+def invocation(host) -> str:
+    """systemd's InvocationID of the unit: a new one for each start."""
+    return host.check_output(f"systemctl show {UNIT} --property=InvocationID --value")
+
+
+def test_the_unit_is_enabled_and_running(host):
+    service = host.service(UNIT)
+    assert service.is_enabled
+    assert service.is_running
+    assert host.check_output(f"docker inspect --format '{{{{.State.Status}}}}' {CONTAINER}") == "running"
+
+
+def test_the_unit_runs_the_pinned_image_with_the_recipes_flags(host):
+    unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
+    lock = yaml.safe_load(LOCK_FILE.read_text(encoding="utf-8"))["images"]["vllm/vllm-openai:cu130-nightly"]
+    running = json.loads(host.check_output(f"docker inspect {CONTAINER}"))[0]
+    assert running["Image"] == lock["image_id"]
+    assert f" {lock['image_id']} " in unit
+    for flag in ('"--served-model-name" "qwen3-0.6b"', '"--max-model-len" "16384"', '"--reasoning-parser" "qwen3"'):
+        assert flag in unit
+    assert "--gpus all --ipc host" in unit
+
+
+def test_health_answers_and_the_models_list_names_the_served_model(host, secrets):
+    assert curl(host, "/health")[0] == 200
+    status, answer = curl(host, "/v1/models", secrets["api_key"])
+    assert status == 200
+    assert [model["id"] for model in json.loads(answer)["data"]] == [SERVED]
+
+
+def test_the_api_refuses_a_request_without_the_key(host):
+    assert curl(host, "/v1/models")[0] == 401
+
+
+def test_a_streaming_chat_request_streams_and_reports_usage(host, secrets):
+    body = {
+        "model": SERVED,
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_tokens": 8,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, answer = curl(host, "/v1/chat/completions", secrets["api_key"], body)
+    assert status == 200
+    events = [line.removeprefix("data: ") for line in answer.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
+    text = "".join(chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"])
+    assert text.strip()
+    assert chunks[-1]["usage"]["completion_tokens"] == 8
+
+
+def test_metrics_expose_the_kv_cache_usage(host):
+    status, metrics = curl(host, "/metrics")
+    assert status == 200
+    assert f'vllm:kv_cache_usage_perc{{engine="0",model_name="{SERVED}"}}' in metrics
+
+
+def test_the_secrets_live_only_in_the_root_only_file(host, secrets):
+    secrets_file = host.file(SECRETS_FILE)
+    assert secrets_file.user == "root"
+    assert secrets_file.mode == 0o600
+    assert f"VLLM_API_KEY={secrets['api_key']}" in secrets_file.content_string
+    assert f"HF_TOKEN={secrets['hf_token']}" in secrets_file.content_string
+    assert host.file("/etc/sparkfleet/vllm").mode == 0o700
+    unit = host.file(f"/etc/systemd/system/{UNIT}")
+    command_lines = host.check_output("ps -eo args")
+    container_command = host.check_output(f"docker inspect --format '{{{{json .Config.Cmd}}}}' {CONTAINER}")
+    for secret in secrets.values():
+        assert secret not in unit.content_string
+        assert secret not in command_lines
+        assert secret not in container_command
+        assert secret not in host.check_output(f"journalctl --unit {UNIT} --no-pager")
+
+
+def test_the_caches_are_mounted_from_the_host(host):
+    mounts = json.loads(host.check_output(f"docker inspect --format '{{{{json .Mounts}}}}' {CONTAINER}"))
+    assert {mount["Destination"]: mount["Source"] for mount in mounts} == {
+        "/root/.cache/huggingface": "/var/lib/sparkfleet/huggingface",
+        "/root/.cache/vllm": "/var/lib/sparkfleet/cache/vllm",
+        "/root/.cache/flashinfer": "/var/lib/sparkfleet/cache/flashinfer",
+        "/root/.triton": "/var/lib/sparkfleet/cache/triton",
+    }
+
+
+def test_earlyoom_runs_and_prefers_vllm(host):
+    assert host.service("earlyoom").is_running
+    earlyoom = host.process.get(comm="earlyoom")
+    assert "--prefer ^(vllm|VLLM::.*)$" in earlyoom.args
+    assert "-m 3" in earlyoom.args
+
+
+def test_a_verbose_rerun_changes_nothing_and_shows_no_secret(host, secrets):
+    before = invocation(host)
+    done = run_site("-vvv")
+    assert done.returncode == 0, said(done)[-3000:]
+    assert changed_per_host(done.stdout) == {"simspark-1": 0}
+    for secret in secrets.values():
+        assert secret not in done.stdout + done.stderr
+    assert invocation(host) == before
+
+
+def test_a_recipe_change_restarts_the_unit_once(host, secrets):
+    before = invocation(host)
+    override = json.dumps({"vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8000, "max_num_seqs": 2}]})
+    changed = run_site("-e", override)
+    assert changed.returncode == 0, said(changed)[-3000:]
+    after_change = invocation(host)
+    assert after_change != before
+    assert '"--max-num-seqs" "2"' in host.file(f"/etc/systemd/system/{UNIT}").content_string
+    again = run_site("-e", override)
+    assert again.returncode == 0, said(again)[-3000:]
+    assert changed_per_host(again.stdout) == {"simspark-1": 0}
+    assert invocation(host) == after_change
+
+
+@pytest.fixture
+def port_taken(host):
+    """Something else listening on 127.0.0.1:8001 inside the host, as a forgotten second server would."""
+    host.check_output(
+        "systemd-run --unit sparkfleet-test-port-8001 python3 -m http.server 8001 --bind 127.0.0.1 --directory /tmp"
+    )
+    host.check_output("timeout 10 sh -c 'until curl -s -o /dev/null http://127.0.0.1:8001/; do sleep 0.2; done'")
+    yield
+    host.run("systemctl stop sparkfleet-test-port-8001")
+
+
+def test_a_configuration_that_cannot_start_is_rolled_back(host, secrets, port_taken):
+    good_unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
+    override = json.dumps({"vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8001}]})
+    done = run_site("-e", override)
+    output = said(done)
+    assert done.returncode != 0
+    assert f"{UNIT}: the new configuration failed its health gate" in output
+    assert f"The last good configuration is back and answers at {URL}" in output
+    assert host.file(f"/etc/systemd/system/{UNIT}").content_string == good_unit
+    assert host.service(UNIT).is_running
+    assert curl(host, "/v1/models", secrets["api_key"])[0] == 200

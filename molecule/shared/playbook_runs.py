@@ -1,0 +1,34 @@
+"""Helpers for verify steps that run site.yml again themselves, with molecule's inventory and configuration."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+
+
+def run_site(*extra: str, playbook: str = "site.yml", timeout: int = 900) -> subprocess.CompletedProcess:
+    """ansible-playbook site.yml (or another playbook of the project) against the scenario's hosts."""
+    return subprocess.run(
+        ["ansible-playbook", "-i", INVENTORY, str(PROJECT / playbook), *extra],
+        cwd=PROJECT,
+        env=dict(os.environ, ANSIBLE_FORCE_COLOR="0", NO_COLOR="1", PY_COLORS="0"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def said(done: subprocess.CompletedProcess) -> str:
+    """The play's output, failures included (molecule's configuration shows them on stderr), with line wrapping
+    undone (the yaml callback folds long messages)."""
+    return " ".join((done.stdout + done.stderr).split())
+
+
+def changed_per_host(output: str) -> dict[str, int]:
+    """changed= of each host in the play recap."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)}

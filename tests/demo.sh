@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make demo`: the whole flow on a simulated DGX Spark. Prepares this machine as `make test` does (apt packages,
+# Docker, venv, the simulated-Spark images, the fixtures), starts a fresh simulated Spark (container
+# sparkfleet-demo), runs site.yml against it, asks the served model a question through the endpoint, and
+# leaves the Spark running. Remove it with: .venv/bin/molecule destroy -s demo
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash tests/run-all.sh setup >"$root/.cache/demo-setup.log" 2>&1 || {
+  tail -30 "$root/.cache/demo-setup.log"
+  echo "make demo: preparing this machine failed (log: .cache/demo-setup.log)" >&2
+  exit 1
+}
+export PATH="$root/.venv/bin:$PATH" ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
+molecule test -s demo
+
+cat <<'DONE'
+
+=== sparkfleet demo: a simulated DGX Spark is serving
+endpoint : http://127.0.0.1:8000/v1 inside the container sparkfleet-demo (vLLM listens on loopback)
+model    : qwen3-0.6b (recipe recipes/qwen3-0.6b.yml; the vLLM in the image is the test stand-in)
+unit     : docker exec sparkfleet-demo systemctl status vllm-qwen3-0.6b
+ask      : docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
+             -H 'Content-Type: application/json' \
+             -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+again    : .venv/bin/molecule converge -s demo     (site.yml again: nothing changes)
+remove   : .venv/bin/molecule destroy -s demo
+DONE
+docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
+  -H 'Content-Type: application/json' \
+  -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+echo

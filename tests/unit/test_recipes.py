@@ -1,0 +1,230 @@
+"""Model recipes: every file in recipes/ against the schema and the pinned vLLM's flag list, and the recipe
+logic (overrides, flag checks, rendering) that roles/vllm_server runs through library/vllm_recipe.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, run_ansible_module
+from vllm_recipe import (
+    RecipeError,
+    apply_overrides,
+    flag_problems,
+    load_flag_kinds,
+    load_recipe,
+    recipe_names,
+    schema_problems,
+    serve_args,
+)
+
+RECIPES_DIR = ROOT / "recipes"
+FLAGS_FILE = RECIPES_DIR / "vllm-serve-flags.txt"
+FLAG_KINDS = load_flag_kinds(FLAGS_FILE)
+RECIPES = recipe_names(RECIPES_DIR)
+
+# The stand-in vLLM parses a command line the way vLLM's FlexibleArgumentParser does.
+sys.path.insert(0, str(ROOT / "tests" / "standins" / "vllm"))
+from vllm_standin.flags import load_flag_table, parse_serve_args  # noqa: E402
+
+
+def recipe(name: str) -> dict:
+    return load_recipe(name, RECIPES_DIR)
+
+
+def pinned(data: dict) -> dict:
+    """A recipe that lacks a published pin, with a stand-in commit, to check everything else about it."""
+    return data if data.get("hf_revision") else apply_overrides(data, {"hf_revision": "0" * 40})
+
+
+def test_the_issue_s_models_all_have_a_recipe():
+    repos = {recipe(name)["hf_repo"]: recipe(name) for name in RECIPES}
+    for repo in (
+        "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4",
+        "openai/gpt-oss-120b",
+        "nvidia/Qwen3.6-35B-A3B-NVFP4",
+        "nvidia/Llama-3.3-70B-Instruct-NVFP4",
+    ):
+        assert repo in repos
+    assert any(data["tensor_parallel_size"] == 2 for data in repos.values())
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_is_named_after_its_file_and_matches_the_schema(name):
+    data = recipe(name)
+    assert data["name"] == name
+    assert schema_problems(pinned(data), name) == []
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_pins_a_revision_or_says_why_not(name):
+    data = recipe(name)
+    if data["hf_revision"] is None:
+        text = (RECIPES_DIR / f"{name}.yml").read_text(encoding="utf-8")
+        assert "TODO: pin" in text
+        assert [p for p in schema_problems(data, name) if "hf_revision" in p] == [
+            f"{name}.hf_revision=None: expected a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
+            f"(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)"
+        ]
+    else:
+        assert len(data["hf_revision"]) == 40
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_flag_of_every_recipe_is_a_flag_of_the_pinned_vllm(name):
+    assert flag_problems(recipe(name), FLAG_KINDS, name) == []
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_rendered_command_line_parses_like_vllm_serve_parses_it(name):
+    args = serve_args(pinned(recipe(name)), FLAG_KINDS)
+    parsed = parse_serve_args([*args, "--host", "127.0.0.1", "--port", "8000"], load_flag_table(FLAGS_FILE))
+    data = recipe(name)
+    assert parsed.model_tag == data["hf_repo"]
+    assert parsed.values["served_model_name"] == [data["served_model_name"]]
+    assert parsed.values["max_model_len"] == str(data["max_model_len"])
+
+
+def test_nemotron_carries_the_seed_configuration():
+    data = recipe("nemotron-3-super-120b-a12b-nvfp4")
+    assert (data["gpu_memory_utilization"], data["max_model_len"], data["max_num_seqs"]) == (0.85, 131072, 4)
+    assert data["serve_flags"]["reasoning-parser"] == "nemotron_v3"
+    assert data["serve_flags"]["tool-call-parser"] == "qwen3_coder"
+    args = serve_args(data, FLAG_KINDS)
+    assert "--enable-auto-tool-choice" in args
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.85"
+
+
+def test_the_flag_list_names_its_source_and_version():
+    header = FLAGS_FILE.read_text(encoding="utf-8").split("\n\n", 1)[0]
+    assert "Source:" in header
+    assert "Version:" in header
+    assert {"max-num-seqs", "reasoning-parser", "enable-prefix-caching"} <= set(FLAG_KINDS)
+
+
+# --- the logic ---------------------------------------------------------------------------------------------
+
+
+def base() -> dict:
+    return recipe("qwen3-0.6b")
+
+
+def test_a_typo_in_a_flag_fails_with_the_right_name():
+    bad = apply_overrides(base(), {"serve_flags": {"max-num-batched-token": 8192}})
+    assert flag_problems(bad, FLAG_KINDS, "vllm_server_models[0]") == [
+        "vllm_server_models[0].serve_flags.max-num-batched-token: --max-num-batched-token is not a flag of "
+        "`vllm serve` in the pinned vLLM; did you mean 'max-num-batched-tokens'?"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"max-num-seqs": 8}, "set label.max_num_seqs instead"),
+        ({"api-key": "x"}, "the role sets --api-key from vllm_server_api_key"),
+        ({"port": 9000}, "the role sets --port"),
+        ({"--enable-prefix-caching": True}, "write flags dashed and without the leading '--'"),
+        ({"enable_prefix_caching": True}, "write flags dashed"),
+        ({"enable-prefix-caching": "yes"}, "this flag takes no value"),
+        ({"max-num-batched-tokens": True}, "this flag takes a value, not true/false"),
+        ({"max-num-batched-tokens": {"a": 1}}, "expected a single value"),
+    ],
+)
+def test_flags_in_the_wrong_place_or_shape_are_refused(flags, expected):
+    problems = flag_problems(apply_overrides(base(), {"serve_flags": flags}), FLAG_KINDS, "label")
+    assert len(problems) == 1
+    assert expected in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"env": {"HF_TOKEN": "hf_x"}}, "label.env.HF_TOKEN: secrets never go in a recipe; set vllm_server_hf_token"),
+        ({"env": {"VLLM_API_KEY": "k"}}, "set vllm_server_api_key instead"),
+        ({"env": {"VLLM_FLAG": True}}, "expected text"),
+        ({"hf_repo": "no-org"}, "label.hf_repo='no-org': expected 'org/model'"),
+        ({"hf_revision": "main"}, "label.hf_revision='main': expected a pinned commit"),
+        ({"gpu_memory_utilization": 85}, "label.gpu_memory_utilization=85: expected a fraction"),
+        ({"max_model_len": "128k"}, "label.max_model_len='128k'"),
+        ({"kv_cache_dtype": "int4"}, "label.kv_cache_dtype='int4': expected one of auto"),
+        ({"image": "vllm:latest tag"}, "label.image="),
+        ({"architecture": {"active_params_b": 9}}, "active_params_b=9 is more than total_params_b=0.75"),
+        ({"architecture": {"kv_heads": 0}}, "label.architecture.kv_heads=0: expected a positive integer"),
+        ({"measured": {"decode_tok_s": 20}}, "label.measured: expected decode_tok_s (a number) and source"),
+    ],
+)
+def test_schema_problems_name_the_key_and_the_fix(override, expected):
+    problems = schema_problems(apply_overrides(base(), override), "label")
+    assert len(problems) == 1, problems
+    assert expected in problems[0]
+
+
+def test_overrides_merge_mappings_and_replace_the_rest():
+    merged = apply_overrides(
+        recipe("nemotron-3-super-120b-a12b-nvfp4"),
+        {"max_model_len": 65536, "serve_flags": {"enable-auto-tool-choice": None, "max-num-batched-tokens": 8192}},
+    )
+    assert merged["max_model_len"] == 65536
+    assert merged["serve_flags"]["reasoning-parser"] == "nemotron_v3"
+    args = serve_args(merged, FLAG_KINDS)
+    assert "--enable-auto-tool-choice" not in args
+    assert args[args.index("--max-num-batched-tokens") + 1] == "8192"
+    assert args[args.index("--max-model-len") + 1] == "65536"
+
+
+def test_false_turns_a_boolean_flag_off_and_json_flags_render_as_json():
+    data = apply_overrides(
+        base(), {"serve_flags": {"enable-prefix-caching": False, "speculative-config": {"method": "mtp"}}}
+    )
+    args = serve_args(data, FLAG_KINDS)
+    assert "--no-enable-prefix-caching" in args
+    assert args[args.index("--speculative-config") + 1] == json.dumps({"method": "mtp"}, separators=(",", ":"))
+
+
+def test_an_unknown_recipe_lists_the_known_ones():
+    with pytest.raises(RecipeError, match=r"no recipe named 'llama-4' in .*qwen3-0\.6b"):
+        load_recipe("llama-4", RECIPES_DIR)
+
+
+def test_a_recipe_that_is_not_a_mapping_is_refused(tmp_path):
+    (tmp_path / "broken.yml").write_text(yaml.safe_dump(["a", "b"]), encoding="utf-8")
+    with pytest.raises(RecipeError, match="must hold a mapping"):
+        load_recipe("broken", tmp_path)
+
+
+# --- the module, through real Ansible ----------------------------------------------------------------------
+
+
+def module_env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+
+
+def test_the_module_returns_the_merged_recipe_and_its_arguments():
+    overrides = json.dumps({"max_num_seqs": 2})
+    result = run_ansible_module(
+        "vllm_recipe",
+        module_env(),
+        f"recipe=qwen3-0.6b recipes_dir={RECIPES_DIR} overrides='{overrides}'",
+        check=True,
+    )
+    assert not result.get("failed"), result
+    assert result["changed"] is False
+    assert result["recipe"]["max_num_seqs"] == 2
+    assert result["serve_args"][:3] == ["Qwen/Qwen3-0.6B", "--revision", recipe("qwen3-0.6b")["hf_revision"]]
+
+
+def test_the_module_fails_naming_every_problem_and_the_label():
+    overrides = json.dumps({"max_model_len": "long", "serve_flags": {"tool-parser": "x"}})
+    result = run_ansible_module(
+        "vllm_recipe",
+        module_env(),
+        f"recipe=qwen3-0.6b recipes_dir={RECIPES_DIR} overrides='{overrides}' label=vllm_server_models[1]",
+    )
+    assert result["failed"]
+    assert len(result["problems"]) == 2
+    assert "vllm_server_models[1].max_model_len='long'" in result["msg"]
+    assert "vllm_server_models[1].serve_flags.tool-parser" in result["msg"]

@@ -1,0 +1,592 @@
+"""The unified-memory planner: the arithmetic, the refusals and their suggestions, and the module run by Ansible."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, run_ansible_module
+from spark_gpu_info import parse_meminfo
+from vllm_memory_plan import (
+    GIB,
+    PlanInputs,
+    as_dict,
+    build_inputs,
+    kv_bytes_per_token,
+    load_recipe,
+    plan,
+    unplanned_dict,
+)
+
+# A DGX Spark's MemTotal (127,601,400 kB in /proc/meminfo, about 121.7 GiB).
+SPARK_MEM_TOTAL = 127_601_400 * 1024
+LABEL = "vllm_server_models[0]"
+
+# Test fixture, not a recipe: Nemotron-3-Super-120B-A12B-NVFP4 at the vLLM blog's flags. weight_bytes is an
+# estimate (about 120B parameters at NVFP4 plus the layers kept in higher precision); attention layers only, the
+# rest of this hybrid model is Mamba and has no KV cache.
+NEMOTRON = {
+    "name": "nemotron-3-super-fixture",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.85,
+    "max_model_len": 131072,
+    "max_num_seqs": 4,
+    "kv_cache_dtype": "auto",
+    "env": {},
+    "architecture": {
+        "total_params_b": 120.0,
+        "active_params_b": 12.0,
+        "bytes_per_param": 0.5625,
+        "weight_bytes": 80e9,
+        "attention_layers": 8,
+        "kv_heads": 2,
+        "head_dim": 128,
+        "max_context": 1048576,
+        "dtype": "bfloat16",
+    },
+    "measured": {"decode_tok_s": 23.2, "source": "vLLM blog 2026-06-01"},
+}
+
+# Test fixture: a dense 70B (Llama 3.3 shape: 80 layers, 8 KV heads, head_dim 128) at NVFP4.
+LLAMA_70B_NVFP4 = {
+    "name": "llama-70b-nvfp4-fixture",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.85,
+    "max_model_len": 131072,
+    "max_num_seqs": 4,
+    "kv_cache_dtype": "auto",
+    "architecture": {
+        "total_params_b": 70.6,
+        "active_params_b": 70.6,
+        "bytes_per_param": 0.5625,
+        "weight_bytes": 42.7e9,
+        "attention_layers": 80,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "max_context": 131072,
+        "dtype": "bfloat16",
+    },
+}
+
+# Test fixture: the same 70B in BF16 (about 141 GB): does not fit one Spark.
+LLAMA_70B_BF16 = {
+    **LLAMA_70B_NVFP4,
+    "name": "llama-70b-bf16-fixture",
+    "architecture": {**LLAMA_70B_NVFP4["architecture"], "bytes_per_param": 2, "weight_bytes": 141e9},
+}
+
+RETURN_KEYS = {
+    "weights_gib",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "max_full_length_seqs",
+    "os_reserve_gib",
+    "decode_bound_tok_s",
+    "measured_decode_tok_s",
+    "fits",
+    "reasons",
+    "pool_gib",
+    "kv_cache_gib",
+    "memory_total_gib",
+    "tensor_parallel_size",
+    "summary",
+}
+
+
+def with_architecture(recipe: dict, **changes: object) -> dict:
+    return {**recipe, "architecture": {**recipe["architecture"], **changes}}
+
+
+def inputs_of(recipe: dict, overrides: dict | None = None, **settings: object) -> PlanInputs:
+    settings.setdefault("memory_total_bytes", SPARK_MEM_TOTAL)
+    inputs, problems = build_inputs(recipe, overrides, name=LABEL, **settings)
+    assert problems == []
+    return inputs
+
+
+def problems_of(recipe: object, overrides: dict | None = None, **settings: object) -> list[str]:
+    settings.setdefault("memory_total_bytes", SPARK_MEM_TOTAL)
+    inputs, problems = build_inputs(recipe, overrides, name=LABEL, **settings)
+    assert inputs is None
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The arithmetic
+
+
+@pytest.mark.parametrize(
+    ("changes", "overrides", "expected"),
+    [
+        ({}, {}, 327_680),  # 2 x 80 x 8 x 128 x 2 B = 320 KiB
+        ({}, {"kv_cache_dtype": "fp8"}, 163_840),
+        ({}, {"kv_cache_dtype": "fp8_e5m2"}, 163_840),
+        ({}, {"kv_cache_dtype": "float16"}, 327_680),
+        ({"dtype": "float32"}, {}, 655_360),  # auto = the model's dtype
+        ({"dtype": "float32"}, {"kv_cache_dtype": "bfloat16"}, 327_680),
+    ],
+    ids=["bf16-auto", "fp8", "fp8-e5m2", "float16", "float32-auto", "float32-model-bf16-cache"],
+)
+def test_kv_bytes_per_token(changes, overrides, expected):
+    inputs = inputs_of(with_architecture(LLAMA_70B_NVFP4, **changes), overrides)
+    assert kv_bytes_per_token(inputs) == expected
+
+
+def test_a_70b_dense_full_context_sequence_is_exactly_40_gib():
+    inputs = inputs_of(LLAMA_70B_NVFP4)
+    assert kv_bytes_per_token(inputs) == 320 * 1024
+    assert 131_072 * kv_bytes_per_token(inputs) == 40 * GIB
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "tensor_parallel_size", "expected"),
+    [(8, 1, 327_680), (8, 2, 163_840), (8, 4, 81_920), (1, 2, 40_960)],
+    ids=["tp1", "tp2-halves", "tp4-quarters", "fewer-heads-than-nodes-replicate"],
+)
+def test_tensor_parallelism_splits_the_kv_heads(kv_heads, tensor_parallel_size, expected):
+    recipe = {**with_architecture(LLAMA_70B_NVFP4, kv_heads=kv_heads), "tensor_parallel_size": tensor_parallel_size}
+    assert kv_bytes_per_token(inputs_of(recipe)) == expected
+
+
+def test_nemotron_at_the_blogs_flags_fits_one_spark():
+    result = as_dict(plan(inputs_of(NEMOTRON)))
+    assert result["fits"] is True, result["reasons"]
+    assert result["reasons"] == []
+    assert result["memory_total_gib"] == pytest.approx(121.7, abs=0.05)
+    assert result["pool_gib"] == pytest.approx(121.69 * 0.85, abs=0.05)
+    assert result["weights_gib"] == pytest.approx(80e9 / GIB, abs=0.01)
+    assert result["kv_bytes_per_token"] == 2 * 8 * 2 * 128 * 2
+    assert result["kv_capacity_tokens"] > 4 * 131_072
+    assert result["max_full_length_seqs"] == result["kv_capacity_tokens"] // 131_072
+    assert result["os_reserve_gib"] == pytest.approx(121.69 * 0.15, abs=0.05)
+    assert result["measured_decode_tok_s"] == 23.2
+    assert "fits" in result["summary"] and "40.4 tok/s" in result["summary"]
+
+
+def test_decode_bound_of_nemotron_is_about_40_tok_s():
+    result = as_dict(plan(inputs_of(NEMOTRON)))
+    assert result["decode_bound_tok_s"] == pytest.approx(273 / (12 * 0.5625), abs=0.05)
+    assert 39 < result["decode_bound_tok_s"] < 41
+    assert result["decode_bound_tok_s"] > result["measured_decode_tok_s"]
+
+
+def test_fp8_kv_cache_halves_bytes_per_token_and_doubles_capacity():
+    auto = plan(inputs_of(LLAMA_70B_NVFP4))
+    fp8 = plan(inputs_of(LLAMA_70B_NVFP4, {"kv_cache_dtype": "fp8"}))
+    assert fp8.kv_bytes_per_token * 2 == auto.kv_bytes_per_token
+    assert fp8.kv_capacity_tokens in (2 * auto.kv_capacity_tokens, 2 * auto.kv_capacity_tokens + 1)
+
+
+def test_tensor_parallel_2_halves_the_weights_per_node():
+    one = plan(inputs_of(LLAMA_70B_BF16))
+    two = plan(inputs_of({**LLAMA_70B_BF16, "tensor_parallel_size": 2}))
+    assert two.weights_bytes * 2 == one.weights_bytes == 141e9
+    assert two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
+    assert two.decode_bound_tok_s == pytest.approx(2 * one.decode_bound_tok_s)
+    assert two.fits and not one.fits
+    assert as_dict(two)["tensor_parallel_size"] == 2
+
+
+def test_overrides_replace_the_recipes_values_and_none_keeps_them():
+    inputs = inputs_of(
+        NEMOTRON,
+        {"gpu_memory_utilization": 0.8, "max_model_len": 65536, "max_num_seqs": None, "kv_cache_dtype": "fp8"},
+    )
+    assert (inputs.gpu_memory_utilization, inputs.max_model_len, inputs.max_num_seqs) == (0.8, 65536, 4)
+    assert (inputs.kv_cache_dtype, inputs.kv_dtype_bytes) == ("fp8", 1)
+
+
+def test_more_seqs_than_full_length_sequences_is_not_a_refusal():
+    memory_plan = plan(inputs_of(LLAMA_70B_NVFP4, {"max_num_seqs": 64}))
+    assert memory_plan.fits
+    assert memory_plan.max_full_length_seqs < 64
+    assert "max_num_seqs 64 is more" in as_dict(memory_plan)["summary"]
+
+
+def test_as_dict_returns_every_documented_key_and_so_does_an_unplanned_result():
+    planned = as_dict(plan(inputs_of(NEMOTRON)))
+    unplanned = unplanned_dict(["x"])
+    assert set(planned) >= RETURN_KEYS
+    assert set(unplanned) == set(planned)
+    assert unplanned["fits"] is False and unplanned["reasons"] == ["x"]
+    json.dumps(planned)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusals: each names the variable and a value that works
+
+
+def test_bf16_70b_does_not_fit_one_spark_and_the_reason_suggests_two_sparks():
+    memory_plan = plan(inputs_of(LLAMA_70B_BF16))
+    assert not memory_plan.fits
+    (reason,) = memory_plan.reasons
+    assert reason.startswith(f"{LABEL}.gpu_memory_utilization=0.85: ")
+    assert "does not fit one Spark at any safe gpu_memory_utilization" in reason
+    assert f"{LABEL}.tensor_parallel_size to 2" in reason
+    assert "smaller quantization" in reason
+    assert as_dict(memory_plan)["kv_capacity_tokens"] == 0
+
+
+def test_a_short_kv_cache_is_refused_in_the_documented_words():
+    memory_plan = plan(inputs_of(LLAMA_70B_NVFP4, {"gpu_memory_utilization": 0.5}))
+    (reason,) = memory_plan.reasons
+    capacity = memory_plan.kv_capacity_tokens
+    assert reason == (
+        f"{LABEL}.max_model_len=131072: the KV cache holds {capacity:,} tokens at gpu_memory_utilization 0.50, "
+        f"less than one full-length sequence; set max_model_len to {capacity // 1024 * 1024} or lower, or "
+        "gpu_memory_utilization to 0.68"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "settings", "fragment"),
+    [
+        ({"gpu_memory_utilization": 0.95}, {}, "above max_gpu_memory_utilization 0.90"),
+        ({"gpu_memory_utilization": 0.88}, {"os_reserve_min_gib": 20.0}, "leaves 14.6 GiB of 121.7 GiB"),
+        ({"gpu_memory_utilization": 0.5}, {"memory_total_bytes": 8 * GIB}, "no gpu_memory_utilization leaves"),
+    ],
+    ids=["above-the-ceiling", "too-little-for-the-os", "tiny-host"],
+)
+def test_an_unsafe_utilization_is_refused(overrides, settings, fragment):
+    reasons = plan(inputs_of(NEMOTRON, overrides, **settings)).reasons
+    assert reasons[0].startswith(f"{LABEL}.gpu_memory_utilization=")
+    assert fragment in reasons[0]
+    assert "freeze" in reasons[0]
+
+
+SUGGESTION = {
+    "gpu_memory_utilization": r"gpu_memory_utilization to (\d\.\d\d)",
+    "max_model_len": r"max_model_len to (\d+)",
+    "tensor_parallel_size": r"tensor_parallel_size to (\d+)",
+}
+# With tensor_parallel_size, the utilization that goes with it.
+TP_UTILIZATION = r"tensor_parallel_size to \d+ \(two Sparks\) with gpu_memory_utilization (\d\.\d\d)"
+
+
+def follow(recipe: dict, overrides: dict, settings: dict, reasons: tuple[str, ...], keys: tuple[str, ...]) -> dict:
+    """The recipe with the suggested values of `keys` (read from the reasons) applied."""
+    text = " ".join(reasons)
+    recipe, overrides = dict(recipe), dict(overrides)
+    for key in keys:
+        match = re.search(SUGGESTION[key], text)
+        assert match, f"no {key} suggested in: {text}"
+        value = match.group(1)
+        if key == "tensor_parallel_size":
+            recipe[key] = int(value)
+            overrides["gpu_memory_utilization"] = float(re.search(TP_UTILIZATION, text).group(1))
+        else:
+            overrides[key] = float(value) if key == "gpu_memory_utilization" else int(value)
+    return plan(inputs_of(recipe, overrides, **settings))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "settings", "fixes"),
+    [
+        (LLAMA_70B_NVFP4, {"gpu_memory_utilization": 0.5}, {}, [("max_model_len",), ("gpu_memory_utilization",)]),
+        (LLAMA_70B_NVFP4, {"gpu_memory_utilization": 0.3}, {}, [("gpu_memory_utilization",)]),
+        (NEMOTRON, {"gpu_memory_utilization": 0.5}, {}, [("gpu_memory_utilization",)]),
+        (NEMOTRON, {"gpu_memory_utilization": 0.95}, {}, [("gpu_memory_utilization",)]),
+        (NEMOTRON, {}, {"os_reserve_min_gib": 25.0}, [("gpu_memory_utilization",)]),
+        (
+            NEMOTRON,
+            {"gpu_memory_utilization": 0.89},
+            {"max_gpu_memory_utilization": 0.87},
+            [("gpu_memory_utilization",)],
+        ),
+        (LLAMA_70B_BF16, {}, {}, [("tensor_parallel_size",)]),
+        (
+            {**LLAMA_70B_NVFP4, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}},
+            {"gpu_memory_utilization": 0.95, "max_model_len": 262144},
+            {},
+            [("gpu_memory_utilization", "max_model_len")],
+        ),
+        (
+            with_architecture(LLAMA_70B_BF16, weight_bytes=100e9),
+            {"gpu_memory_utilization": 0.7},
+            {},
+            [("gpu_memory_utilization", "max_model_len"), ("tensor_parallel_size",)],
+        ),
+        (
+            with_architecture(LLAMA_70B_BF16, weight_bytes=100e9),
+            {"gpu_memory_utilization": 0.85},
+            {},
+            [("max_model_len",)],
+        ),
+    ],
+    ids=[
+        "short-kv",
+        "weights-too-big-for-the-pool",
+        "moe-weights-too-big-for-the-pool",
+        "unsafe",
+        "big-os-reserve",
+        "lower-ceiling",
+        "bf16-70b-two-sparks",
+        "unsafe-and-too-long",
+        "weights-fit-only-a-short-context",
+        "short-kv-no-safe-utilization",
+    ],
+)
+def test_following_a_suggestion_gives_a_plan_that_fits(recipe, overrides, settings, fixes):
+    memory_plan = plan(inputs_of(recipe, overrides, **settings))
+    assert not memory_plan.fits
+    assert all(reason.startswith(f"{LABEL}.") for reason in memory_plan.reasons)
+    for keys in fixes:
+        fixed = follow(recipe, overrides, settings, memory_plan.reasons, keys)
+        assert fixed.fits, (keys, memory_plan.reasons, fixed.reasons)
+
+
+def test_suggested_utilization_is_the_smallest_that_holds_one_sequence():
+    reasons = plan(inputs_of(LLAMA_70B_NVFP4, {"gpu_memory_utilization": 0.5})).reasons
+    suggested = float(re.search(SUGGESTION["gpu_memory_utilization"], reasons[0]).group(1))
+    below = plan(inputs_of(LLAMA_70B_NVFP4, {"gpu_memory_utilization": round(suggested - 0.01, 2)}))
+    assert (
+        below.kv_capacity_tokens
+        < 131_072
+        <= plan(inputs_of(LLAMA_70B_NVFP4, {"gpu_memory_utilization": suggested})).kv_capacity_tokens
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Nonsense input: each problem named, all at once, before any arithmetic
+
+BAD_INPUTS = [
+    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization=0: must be a fraction"),
+    ({"gpu_memory_utilization": 1.2}, "gpu_memory_utilization=1.2: must be a fraction"),
+    ({"gpu_memory_utilization": "0.85"}, "gpu_memory_utilization='0.85': must be a fraction"),
+    ({"max_model_len": 0}, "max_model_len=0: must be a positive whole number"),
+    ({"max_model_len": True}, "max_model_len=True: must be a positive whole number"),
+    ({"max_model_len": 2097152}, "max_model_len=2097152: above the model's max_context 1,048,576"),
+    ({"max_num_seqs": -1}, "max_num_seqs=-1: must be a positive whole number"),
+    ({"max_num_seqs": 2.5}, "max_num_seqs=2.5: must be a positive whole number"),
+    ({"max_num_seqs": None}, "max_num_seqs is missing; it must be a positive whole number"),
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size=0: must be a positive whole number"),
+    ({"kv_cache_dtype": "fp4"}, "kv_cache_dtype='fp4': must be one of auto, bfloat16"),
+    ({"architecture": "120B"}, "architecture: must be a mapping"),
+    (
+        {"architecture": {k: v for k, v in NEMOTRON["architecture"].items() if k != "head_dim"}},
+        "architecture.head_dim is missing",
+    ),
+    (
+        {"architecture": {**NEMOTRON["architecture"], "kv_heads": 0}},
+        "architecture.kv_heads=0: must be a positive whole number",
+    ),
+    (
+        {"architecture": {**NEMOTRON["architecture"], "weight_bytes": -1}},
+        "architecture.weight_bytes=-1: must be a positive",
+    ),
+    ({"architecture": {**NEMOTRON["architecture"], "attention_layers": 8.5}}, "architecture.attention_layers=8.5"),
+    ({"architecture": {**NEMOTRON["architecture"], "dtype": "int4"}}, "architecture.dtype='int4': must be the model's"),
+    (
+        {"architecture": {**NEMOTRON["architecture"], "active_params_b": 130.0}},
+        "architecture.active_params_b=130.0: more than total_params_b=120.0",
+    ),
+    ({"measured": {"decode_tok_s": 0}}, "measured.decode_tok_s=0: must be a positive number"),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"), BAD_INPUTS, ids=[fragment.split(":")[0] for _, fragment in BAD_INPUTS]
+)
+def test_bad_input_is_refused_naming_the_variable(changes, fragment):
+    problems = problems_of({**NEMOTRON, **changes})
+    assert any(problem.startswith(f"{LABEL}.{fragment}") for problem in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        ({"memory_total_bytes": 0}, "memory_total_bytes=0: must be the host's MemTotal"),
+        ({"memory_total_bytes": -5}, "memory_total_bytes=-5"),
+        ({"overhead_gib": -1.0}, "overhead_gib=-1.0: must be a number of GiB"),
+        ({"max_gpu_memory_utilization": 1.5}, "max_gpu_memory_utilization=1.5"),
+        ({"bandwidth_gb_s": 0.0}, "bandwidth_gb_s=0.0"),
+    ],
+    ids=["mem-zero", "mem-negative", "overhead", "ceiling", "bandwidth"],
+)
+def test_bad_settings_are_refused_naming_the_option(settings, fragment):
+    problems = problems_of(NEMOTRON, **settings)
+    assert any(problem.startswith(fragment) for problem in problems), problems
+
+
+def test_every_problem_is_reported_at_once():
+    recipe = {**NEMOTRON, "gpu_memory_utilization": 2, "max_num_seqs": 0, "kv_cache_dtype": "int8"}
+    problems = problems_of(with_architecture(recipe, kv_heads=None), memory_total_bytes=0)
+    assert len(problems) == 5
+    for key in ("gpu_memory_utilization", "max_num_seqs", "kv_cache_dtype", "architecture.kv_heads"):
+        assert any(problem.startswith(f"{LABEL}.{key}") for problem in problems), key
+
+
+def test_a_recipe_that_is_not_a_mapping_is_refused():
+    assert problems_of(["not", "a", "recipe"]) == [
+        f"{LABEL}: the recipe must be a mapping of recipe keys, not ['not', 'a', 'recipe']"
+    ]
+
+
+@pytest.mark.parametrize("allow", ["1", "true", 1, True])
+def test_long_context_is_allowed_when_the_recipe_env_says_so(allow):
+    recipe = {**LLAMA_70B_NVFP4, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": allow}}
+    assert inputs_of(recipe, {"max_model_len": 262144, "kv_cache_dtype": "fp8"}).max_model_len == 262144
+
+
+def test_long_context_is_refused_without_the_env_and_the_reason_says_how():
+    (problem,) = problems_of(LLAMA_70B_NVFP4, {"max_model_len": 262144})
+    assert problem.startswith(f"{LABEL}.max_model_len=262144: above the model's max_context 131,072")
+    assert "set max_model_len to 131072 or lower" in problem
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in problem
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading recipes
+
+
+@pytest.fixture
+def recipes_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "recipes"
+    directory.mkdir()
+    for recipe in (NEMOTRON, LLAMA_70B_BF16):
+        (directory / f"{recipe['name']}.yml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    (directory / "a-list.yml").write_text("- not\n- a mapping\n", encoding="utf-8")
+    (directory / "README.md").write_text("not a recipe\n", encoding="utf-8")
+    return directory
+
+
+def test_a_named_recipe_is_read_from_its_file(recipes_dir):
+    recipe, problems = load_recipe("nemotron-3-super-fixture", str(recipes_dir), LABEL)
+    assert problems == []
+    assert recipe == NEMOTRON
+
+
+def test_a_dict_recipe_needs_no_directory():
+    assert load_recipe(NEMOTRON, None, LABEL) == (NEMOTRON, [])
+
+
+@pytest.mark.parametrize(
+    ("recipe", "use_dir", "fragment"),
+    [
+        (
+            "no-such-model",
+            True,
+            "recipe 'no-such-model' was not found: no {dir}/no-such-model.yml (available: a-list, "
+            "llama-70b-bf16-fixture, nemotron-3-super-fixture)",
+        ),
+        ("../recipes/nemotron-3-super-fixture", True, "was not found"),
+        ("a-list", True, "{dir}/a-list.yml does not hold a mapping of recipe keys"),
+        ("nemotron-3-super-fixture", False, "is a name, so recipes_dir must say where the recipe files live"),
+        (42, True, "the recipe must be a recipe name or a mapping of recipe keys, not 42"),
+    ],
+    ids=["not-found-lists-names", "no-paths", "not-a-mapping", "no-recipes-dir", "not-a-name"],
+)
+def test_bad_recipe_references_are_refused(recipes_dir, recipe, use_dir, fragment):
+    loaded, problems = load_recipe(recipe, str(recipes_dir) if use_dir else None, LABEL)
+    assert loaded is None
+    (problem,) = problems
+    assert problem.startswith(f"{LABEL}: ")
+    assert fragment.format(dir=recipes_dir) in problem
+
+
+def test_a_missing_recipes_dir_is_named(tmp_path):
+    _, problems = load_recipe("x", str(tmp_path / "nowhere"), LABEL)
+    assert problems == [f"{LABEL}: recipes_dir {tmp_path / 'nowhere'} is not a directory, so recipe 'x' cannot be read"]
+
+
+RECIPES = sorted((ROOT / "recipes").glob("*.yml"))
+
+
+@pytest.mark.parametrize("path", RECIPES or [None], ids=[path.stem for path in RECIPES] or ["no-recipes-yet"])
+def test_every_recipe_fits_a_spark(path):
+    """Each recipe in recipes/ fits a Spark's MemTotal; those with tensor_parallel_size > 1 fit each node."""
+    if path is None:
+        pytest.skip("recipes/ holds no recipe yet")
+    recipe, problems = load_recipe(path.stem, str(path.parent), path.stem)
+    assert problems == []
+    inputs, problems = build_inputs(recipe, memory_total_bytes=SPARK_MEM_TOTAL, name=path.stem)
+    assert problems == []
+    memory_plan = plan(inputs)
+    assert memory_plan.fits, memory_plan.reasons
+    assert memory_plan.max_full_length_seqs >= 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The module, run by real Ansible
+
+
+@pytest.fixture
+def ansible_env() -> dict[str, str]:
+    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+
+
+def module_args(**args: object) -> str:
+    return json.dumps({"memory_total_bytes": SPARK_MEM_TOTAL, "name": LABEL, **args})
+
+
+def test_module_plans_a_named_recipe(ansible_env, recipes_dir):
+    result = run_ansible_module(
+        "vllm_memory_plan", ansible_env, module_args(recipe="nemotron-3-super-fixture", recipes_dir=str(recipes_dir))
+    )
+    assert not result.get("failed"), result.get("msg")
+    assert result["changed"] is False
+    assert result["fits"] is True and result["reasons"] == []
+    assert result["kv_bytes_per_token"] == 8192
+    assert set(result) >= RETURN_KEYS
+
+
+def test_module_in_check_mode_reports_the_same_plan(ansible_env):
+    args = module_args(recipe=NEMOTRON, max_model_len=65536)
+    checked = run_ansible_module("vllm_memory_plan", ansible_env, args, check=True)
+    applied = run_ansible_module("vllm_memory_plan", ansible_env, args)
+    assert not checked.get("failed"), checked.get("msg")
+    assert checked["changed"] is False and applied["changed"] is False
+    assert {key: checked[key] for key in RETURN_KEYS} == {key: applied[key] for key in RETURN_KEYS}
+    assert checked["max_model_len"] == 65536
+
+
+def test_module_fails_a_plan_that_does_not_fit_and_returns_it(ansible_env):
+    result = run_ansible_module("vllm_memory_plan", ansible_env, module_args(recipe=LLAMA_70B_BF16))
+    assert result["failed"] is True
+    assert result["fits"] is False
+    assert f"{LABEL}.tensor_parallel_size to 2" in result["msg"]
+    assert result["reasons"] and result["reasons"][0] in result["msg"]
+    assert result["weights_gib"] == pytest.approx(141e9 / GIB, abs=0.01)
+
+
+def test_module_override_returns_the_plan_with_a_warning(ansible_env):
+    result = run_ansible_module(
+        "vllm_memory_plan", ansible_env, module_args(recipe=LLAMA_70B_BF16, i_accept_freeze_risk=True)
+    )
+    assert not result.get("failed"), result.get("msg")
+    assert result["fits"] is False and result["reasons"]
+    assert any("freeze" in warning and "i_accept_freeze_risk" in warning for warning in result["warnings"])
+
+
+def test_module_reports_every_input_problem_even_with_the_override(ansible_env):
+    recipe = {**NEMOTRON, "max_num_seqs": 0}
+    result = run_ansible_module(
+        "vllm_memory_plan",
+        ansible_env,
+        module_args(recipe=recipe, kv_cache_dtype="fp4", memory_total_bytes=0, i_accept_freeze_risk=True),
+    )
+    assert result["failed"] is True
+    for fragment in (f"{LABEL}.max_num_seqs=0", f"{LABEL}.kv_cache_dtype='fp4'", "memory_total_bytes=0"):
+        assert fragment in result["msg"]
+    assert result["fits"] is False and len(result["reasons"]) == 3
+
+
+def test_module_names_the_missing_recipe_and_the_available_ones(ansible_env, recipes_dir):
+    result = run_ansible_module(
+        "vllm_memory_plan", ansible_env, module_args(recipe="nemotron", recipes_dir=str(recipes_dir))
+    )
+    assert result["failed"] is True
+    assert "recipe 'nemotron' was not found" in result["msg"]
+    assert "nemotron-3-super-fixture" in result["msg"]
+
+
+def test_module_reads_mem_total_from_the_host(ansible_env):
+    result = run_ansible_module("vllm_memory_plan", ansible_env, json.dumps({"recipe": NEMOTRON}))
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        expected = parse_meminfo(meminfo.read())["mem_total_bytes"]
+    assert result["memory_total_gib"] == round(expected / GIB, 2)
+    assert "recipe" in result["summary"]
