@@ -109,8 +109,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.pull_progress import progress_message, read_status_file
-
-POLL_SECONDS = 1.0
+from ansible.module_utils.status_watch import wait_for_end
 
 
 def read(module: AnsibleModule) -> dict | None:
@@ -131,11 +130,7 @@ def main() -> None:
     wait_seconds = module.params["wait_seconds"]
     if wait_seconds < 0:
         module.fail_json(msg=f"wait_seconds={wait_seconds} is negative; give 0 (read once) or more seconds.")
-    deadline = time.monotonic() + wait_seconds
-    record = read(module)
-    while (record is None or record["state"] == "pulling") and time.monotonic() < deadline:
-        time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
-        record = read(module)
+    record = wait_for_end(lambda: read(module), wait_seconds)
     state = record["state"] if record else None
     module.exit_json(
         changed=False,

@@ -438,3 +438,21 @@ def test_max_num_seqs_queues_and_decode_rate_paces(tmp_path: Path) -> None:
         assert results["second"][1] >= results["first"][1]  # it waited for the only slot
     finally:
         stop_server(started)
+
+
+def test_offline_start_needs_the_snapshot_in_the_hf_cache(tmp_path: Path) -> None:
+    revision = "c1899de289a04d12100db370d81485cdf75e47ca"
+    env = {**FAST, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VLLM_STANDIN_LOAD_SECONDS": "0"}
+    args = ["Qwen/Qwen3-0.6B", "--revision", revision]
+    missing = start_server(tmp_path, args, env, wait=False)
+    assert missing.process.wait(timeout=10) == 1
+    assert "LocalEntryNotFoundError" in missing.log.read_text()
+
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    present = start_server(tmp_path, args, env)
+    try:
+        assert request(present, "GET", "/v1/models")[0] == 200
+    finally:
+        stop_server(present)

@@ -19,6 +19,7 @@ import testinfra.utils.ansible_runner
 import yaml
 
 sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from hub_fixture import hub_stats
 from playbook_runs import changed_per_host, run_site, said
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
@@ -152,8 +153,9 @@ def test_a_verbose_rerun_changes_nothing_and_shows_no_secret(host, secrets):
     assert invocation(host) == before
 
 
-def test_a_recipe_change_restarts_the_unit_once(host, secrets):
+def test_a_recipe_change_restarts_the_unit_once_and_moves_no_weights(host, secrets):
     before = invocation(host)
+    hub_bytes = hub_stats(host)["bytes_served_total"]
     override = json.dumps({"vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8000, "max_num_seqs": 2}]})
     changed = run_site("-e", override)
     assert changed.returncode == 0, said(changed)[-3000:]
@@ -164,6 +166,8 @@ def test_a_recipe_change_restarts_the_unit_once(host, secrets):
     assert again.returncode == 0, said(again)[-3000:]
     assert changed_per_host(again.stdout) == {"simspark-1": 0}
     assert invocation(host) == after_change
+    # Same hf_revision: the verified snapshot is recognised by its marker, and the Hub is not asked for a byte.
+    assert hub_stats(host)["bytes_served_total"] == hub_bytes
 
 
 @pytest.fixture

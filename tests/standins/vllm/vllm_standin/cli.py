@@ -26,6 +26,7 @@ from .flags import (
     parse_serve_args,
 )
 from .server import StandinServer
+from .weights import offline, offline_snapshot_problem
 
 SUBCOMMANDS = ("chat", "complete", "serve", "launch", "bench", "collect-env", "run-batch")
 TOP_USAGE = "usage: vllm [-h] [-v] {" + ",".join(SUBCOMMANDS) + "} ..."
@@ -107,6 +108,12 @@ def serve(config: ServeConfig) -> int:
             server.server_close()
             return 1
 
+    problem = offline_snapshot_problem(config.model, config.revision) if offline() else None
+    if problem:
+        log("ERROR", problem)
+        if server:
+            server.server_close()
+        return 1
     log("INFO", f"Loading model {config.model} (stand-in: {config.rates.load_seconds:g} s)")
     if stop.wait(config.rates.load_seconds):
         if server:

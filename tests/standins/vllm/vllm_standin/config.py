@@ -35,6 +35,7 @@ class ServeConfig:
     """Everything the server and engine need, already validated."""
 
     model: str
+    revision: str | None
     served_model_names: tuple[str, ...]
     host: str
     port: int
@@ -158,6 +159,7 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
     )
     return ServeConfig(
         model=model,
+        revision=str(values["revision"]) if values.get("revision") else None,
         served_model_names=served,
         host=str(values.get("host") or "0.0.0.0"),
         port=port,
