@@ -26,7 +26,7 @@ build = hf_standin.builder()
 QWEN = build.QWEN
 COMMIT = build.pinned_revision()
 SHARD = build.SHARDS[0]
-# A commit nobody serves: a marker-only rerun must not need the Hub at all.
+# An endpoint nobody serves: a rerun that the marker settles must not need the Hub at all.
 DEAD_ENDPOINT = "http://127.0.0.1:9"
 
 
