@@ -32,3 +32,8 @@ def said(done: subprocess.CompletedProcess) -> str:
 def changed_per_host(output: str) -> dict[str, int]:
     """changed= of each host in the play recap."""
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)}
+
+
+def failed_per_host(output: str) -> dict[str, int]:
+    """failed= of each host in the play recap."""
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=.*?\bfailed=(\d+)", output, re.M)}

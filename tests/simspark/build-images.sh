@@ -18,7 +18,9 @@ python_image=sparkfleet-test/python-base
 
 # What a DGX Spark's OS has that the roles rely on (DGX OS 7 is Ubuntu 24.04; Ubuntu's archive is not
 # reachable here, so Debian stands in for it).
-spark_packages=systemd,systemd-sysv,python3,python3-apt,sudo,ca-certificates,gnupg,curl,iproute2,dbus,procps,docker.io,kmod
+# iputils-ping: the fabric link check; openssh-server: sshd -i for the SSH-connected fleet scenario (its
+# listening service stays masked: the scenario reaches it through docker exec, not the network).
+spark_packages=systemd,systemd-sysv,python3,python3-apt,sudo,ca-certificates,gnupg,curl,iproute2,dbus,procps,docker.io,kmod,iputils-ping,openssh-server
 python_packages=python3,ca-certificates
 
 mkdir -p "$cache/debs"
@@ -46,6 +48,10 @@ bootstrap_rootfs() {
 customize_rootfs() {
   local name=$1 root=$2
   rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/archives/*.deb
+  # No package lists in the image, and an old date on their folder: Ansible's apt cache_valid_time takes that
+  # date for the last `apt-get update`, so the first apt task on a test host fetches the lists, as on any host
+  # whose lists are stale.
+  touch -d @0 "$root"/var/lib/apt/lists
   # Each container must get its own machine id at boot.
   : >"$root/etc/machine-id"
   [ "$name" = simspark ] || return 0
@@ -54,7 +60,7 @@ customize_rootfs() {
   for unit in getty.target console-getty.service getty@tty1.service systemd-logind.service \
     apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer \
     systemd-tmpfiles-clean.timer man-db.timer systemd-remount-fs.service sys-kernel-debug.mount \
-    sys-kernel-tracing.mount systemd-firstboot.service; do
+    sys-kernel-tracing.mount systemd-firstboot.service ssh.service ssh.socket; do
     ln -sf /dev/null "$root/etc/systemd/system/$unit"
   done
 }

@@ -456,3 +456,80 @@ def test_offline_start_needs_the_snapshot_in_the_hf_cache(tmp_path: Path) -> Non
         assert request(present, "GET", "/v1/models")[0] == 200
     finally:
         stop_server(present)
+
+
+# --- keep-alive and multi-node ----------------------------------------------------------------------------
+
+
+def test_an_unread_body_never_leaks_into_the_next_request(server: Server) -> None:
+    """A refused POST (401) on a kept-alive connection: the next request on it must still parse (proxies reuse)."""
+    body = json.dumps({"model": "spark-test", "prompt": "hello", "max_tokens": 2}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        for key in ("wrong", API_KEY):
+            conn.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                + f"authorization: Bearer {key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            status_line = conn.recv(65536).split(b"\r\n", 1)[0]
+            assert status_line == (b"HTTP/1.1 401 Unauthorized" if key == "wrong" else b"HTTP/1.1 200 OK")
+
+
+MULTINODE = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1"]
+
+
+def start_worker(tmp: Path, master_port: int, model: str = "m", host_ip: str = "127.0.0.2") -> subprocess.Popen:
+    environment = {**os.environ, **FAST, "VLLM_STANDIN_LOAD_SECONDS": "0.2", "VLLM_HOST_IP": host_ip}
+    log = (tmp / f"worker-{master_port}.log").open("wb")
+    return subprocess.Popen(
+        [str(VLLM), "serve", model, *MULTINODE, "--master-port", str(master_port), "--node-rank", "1", "--headless"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+    )
+
+
+def test_the_head_serves_only_once_its_worker_joined_and_dies_with_it(tmp_path: Path) -> None:
+    master_port = free_port()
+    head_args = ["m", *MULTINODE, "--master-port", str(master_port), "--node-rank", "0"]
+    head = start_server(tmp_path, head_args, {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0.2"}, wait=False)
+    worker = None
+    try:
+        time.sleep(1.0)
+        assert head.process.poll() is None and not port_open(head.port)  # no API before the worker is in
+        worker = start_worker(tmp_path, master_port)
+        wait_healthy(head)
+        # The worker connected from its VLLM_HOST_IP, as vLLM pins its sockets to that address.
+        assert "node rank 1 joined from 127.0.0.2" in head.log.read_text()
+        worker.terminate()
+        assert worker.wait(timeout=5) == 0
+        assert head.process.wait(timeout=5) == 1  # the collective broke: the engine, and the server, exit
+        assert "went away" in head.log.read_text()
+    finally:
+        stop_server(head)
+        if worker and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
+def test_a_worker_of_another_model_is_refused_by_name(tmp_path: Path) -> None:
+    master_port = free_port()
+    head_args = ["m", *MULTINODE, "--master-port", str(master_port), "--node-rank", "0"]
+    head = start_server(tmp_path, head_args, {**FAST, "VLLM_STANDIN_JOIN_TIMEOUT": "3"}, wait=False)
+    worker = start_worker(tmp_path, master_port, model="other")
+    try:
+        assert worker.wait(timeout=10) == 1
+        assert "its model is 'other', the head's is 'm'" in head.log.read_text()
+        assert head.process.wait(timeout=10) == 1  # nobody valid joined before the timeout
+    finally:
+        for process in (head.process, worker):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_a_master_address_that_is_not_the_heads_fails_at_once(tmp_path: Path) -> None:
+    args = ["m", "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "203.0.113.1"]
+    head = start_server(tmp_path, args, FAST, wait=False)
+    assert head.process.wait(timeout=10) == 1
+    assert "cannot host the rendezvous on --master-addr 203.0.113.1" in head.log.read_text()

@@ -80,4 +80,5 @@ def test_a_damaged_copy_on_the_peer_is_copied_again_and_the_hub_is_not_asked():
 
     again = run_site()
     assert again.returncode == 0, said(again)[-3000:]
-    assert changed_per_host(again.stdout) == {"fleet-1": 0, "fleet-2": 0}
+    changed = changed_per_host(again.stdout)
+    assert {"fleet-1", "fleet-2", "fleet-3"} <= set(changed) and set(changed.values()) == {0}

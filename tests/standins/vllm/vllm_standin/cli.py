@@ -3,8 +3,9 @@
 The order of events copies real vLLM's, because deployment code waits on them: parse and validate flags
 (refuse unknown ones, exit 2), bind the API port early (a port clash fails at once), "load weights" for
 VLLM_STANDIN_LOAD_SECONDS with the port not yet accepting connections, then listen and answer /health.
-SIGTERM or SIGINT stops the server and exits 0. ``--headless`` (a worker node of a multi-node deployment)
-loads and then idles without an API server, as real headless vLLM does.
+SIGTERM or SIGINT stops the server and exits 0. With ``--nnodes`` above 1 the head (rank 0) gathers every
+other node before it loads and listens, and ``--headless`` workers join it, then idle without an API server, as
+real vLLM's native multi-node mode does (multinode.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .flags import (
     load_flag_table,
     parse_serve_args,
 )
+from .multinode import Head, join_head, watch_connection
 from .server import StandinServer
 from .weights import offline, offline_snapshot_problem
 
@@ -87,44 +89,83 @@ def main(argv: list[str]) -> int:
 
 
 def serve(config: ServeConfig) -> int:
-    """Run until SIGTERM/SIGINT: bind, pretend to load, then listen (or idle when headless)."""
+    """Run until SIGTERM/SIGINT: bind, gather the other nodes, pretend to load, then listen (or idle headless).
+
+    Exit 0 on a signal; 1 when the start fails or, in a multi-node deployment, when another node goes away.
+    """
     stop = threading.Event()
+    lost_peer = threading.Event()
 
     def request_stop(signum: int, _frame: object) -> None:
         log("INFO", f"received signal {signal.Signals(signum).name}, shutting down")
         stop.set()
+
+    def peer_went_away() -> None:
+        if not stop.is_set():
+            log("ERROR", "a node of this deployment went away: the collective is broken, the engine stops")
+            lost_peer.set()
+            stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
 
     engine = Engine(config)
     server = None
+    head = None
+    worker = None
+
+    def close_all(status: int) -> int:
+        if server:
+            server.server_close()
+        if head:
+            head.close()
+        if worker:
+            worker.close()
+        return status
+
     if not config.headless:
         server = StandinServer(config, engine)
         try:
             server.server_bind()  # vLLM binds the API socket before loading, so a clash fails fast
         except OSError as error:
             log("ERROR", f"cannot bind {config.host}:{config.port}: {error}")
-            server.server_close()
-            return 1
+            return close_all(1)
 
     problem = offline_snapshot_problem(config.model, config.revision) if offline() else None
     if problem:
         log("ERROR", problem)
-        if server:
-            server.server_close()
-        return 1
+        return close_all(1)
+
+    topology = config.topology
+    if topology and topology.node_rank == 0:
+        head = Head(topology, config.model, config.revision)
+        try:
+            head.bind()
+        except OSError as error:
+            log(
+                "ERROR",
+                f"cannot host the rendezvous on --master-addr {topology.master_addr}:{topology.master_port}: {error}",
+            )
+            return close_all(1)
+        log("INFO", f"waiting for {topology.nnodes - 1} more node(s) on {topology.master_addr}:{topology.master_port}")
+        if not head.wait_for_workers(stop, log):
+            return close_all(0 if stop.is_set() else 1)
+        head.watch(peer_went_away)
+    elif topology:
+        worker = join_head(topology, config.model, config.revision, stop, log)
+        if worker is None:
+            return close_all(0 if stop.is_set() else 1)
+        watch_connection(worker, peer_went_away)
+
     log("INFO", f"Loading model {config.model} (stand-in: {config.rates.load_seconds:g} s)")
     if stop.wait(config.rates.load_seconds):
-        if server:
-            server.server_close()
-        return 0
+        return close_all(1 if lost_peer.is_set() else 0)
     log("INFO", f"Model loading took {config.rates.load_seconds:g} s; max_model_len {config.max_model_len}")
 
     if server is None:
         log("INFO", "Headless mode: engine ready, no API server on this node")
         stop.wait()
-        return 0
+        return close_all(1 if lost_peer.is_set() else 0)
 
     server.server_activate()  # listen() only now: before this, connections are refused
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http")
@@ -133,6 +174,5 @@ def serve(config: ServeConfig) -> int:
     log("INFO", "Application startup complete.")
     stop.wait()
     server.shutdown()
-    server.server_close()
     thread.join()
-    return 0
+    return close_all(1 if lost_peer.is_set() else 0)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from .flags import ParsedArgs, UsageError
+from .multinode import Topology, topology_from
 
 # What `vllm serve` serves when neither model_tag nor --model is given (ModelConfig.model in recent vLLM).
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -50,6 +51,7 @@ class ServeConfig:
     rates: Rates
     version: str
     force_include_usage: bool
+    topology: Topology | None = None  # --nnodes > 1: this node's rank, head address, ...
 
     @property
     def metrics_model_name(self) -> str:
@@ -150,6 +152,13 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         if flag in values:
             _int("--" + flag.replace("_", "-"), values[flag])
 
+    try:
+        topology = topology_from(values)
+    except ValueError as error:
+        raise UsageError(f"argument --node-rank: {error}") from None
+    if topology and topology.node_rank > 0 and not values.get("headless"):
+        raise UsageError("a node of rank above 0 must run --headless (only the head serves the API)")
+
     block_size = _int("--block-size", values.get("block_size", DEFAULT_BLOCK_SIZE))
     kv_default = max(max_model_len * 2, max_num_seqs * DEFAULT_BLOCK_SIZE)
     rates = Rates(
@@ -175,4 +184,5 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         rates=rates,
         version=standin_version(),
         force_include_usage=bool(values.get("enable_force_include_usage", False)),
+        topology=topology,
     )

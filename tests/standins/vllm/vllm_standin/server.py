@@ -71,9 +71,27 @@ class Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: HTTPStatus, body: object) -> None:
         self._send(status, _json_bytes(body))
 
-    def _read_json(self) -> dict[str, object]:
+    def _read_body(self) -> bytes:
+        """The whole request body, Content-Length or chunked, read before any answer (as uvicorn does).
+
+        A body left unread on a keep-alive connection would be parsed as the next request line: proxies
+        (vllm-router, LiteLLM) reuse connections, so even a 401 or 404 must consume it first.
+        """
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
         length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> dict[str, object]:
+        raw = self._body
         try:
             body = json.loads(raw or b"null")
         except json.JSONDecodeError as error:
@@ -112,6 +130,7 @@ class Handler(BaseHTTPRequestHandler):
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
         }
+        self._body = self._read_body()
         path = self.path.split("?", 1)[0]
         handler = routes.get((method, path))
         if handler is None:

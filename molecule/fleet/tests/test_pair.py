@@ -1,0 +1,60 @@
+"""fleet-1 and fleet-2 serve one model together (tensor parallel 2, vLLM's native multi-node mode): the same
+command on both with rank 0 and a headless rank 1, every socket pinned to the pair's own network (the stand-in
+for the ConnectX-7 link), and a head that serves only while its worker is in."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import testinfra
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+UNIT = "vllm-qwen3-0.6b"
+FABRIC = {"fleet-1": "10.77.0.11", "fleet-2": "10.77.0.12"}
+
+
+def host(name: str):
+    return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
+
+
+def container(name: str) -> dict:
+    return json.loads(host(name).check_output(f"docker inspect {UNIT}"))[0]
+
+
+def test_both_ranks_run_one_command_pinned_to_the_fabric():
+    for name, rank in (("fleet-1", "0"), ("fleet-2", "1")):
+        config = container(name)
+        args, env = config["Args"], dict(item.split("=", 1) for item in config["Config"]["Env"])
+        assert args[args.index("--tensor-parallel-size") + 1] == "2"
+        assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--node-rank") + 1] == rank
+        assert args[args.index("--master-addr") + 1] == FABRIC["fleet-1"]
+        assert ("--headless" in args) == (rank == "1")
+        assert env["VLLM_HOST_IP"] == FABRIC[name] and env["MASTER_ADDR"] == FABRIC["fleet-1"]
+        for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES"):
+            assert env[variable] == "eth0", variable
+        assert config["HostConfig"]["NetworkMode"] == "host" and config["HostConfig"]["IpcMode"] == "host"
+
+
+def test_the_worker_joined_over_the_fabric_and_only_the_head_serves():
+    journal = host("fleet-1").check_output(f"journalctl -u {UNIT} --no-pager")
+    assert f"node rank 1 joined from {FABRIC['fleet-2']}" in journal
+    assert host("fleet-1").socket("tcp://0.0.0.0:8000").is_listening
+    assert not host("fleet-2").socket("tcp://0.0.0.0:8000").is_listening
+
+
+def test_the_head_goes_down_with_its_worker_and_both_come_back_by_themselves():
+    head, worker = host("fleet-1"), host("fleet-2")
+    restarts = int(head.check_output(f"systemctl show -P NRestarts {UNIT}"))
+    worker.check_output(f"systemctl restart {UNIT}")
+    # The head's collective broke: it exits, systemd starts it again, it waits for the worker, then serves.
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        healthy = head.run("curl -fsS -o /dev/null http://127.0.0.1:8000/health").rc == 0
+        if int(head.check_output(f"systemctl show -P NRestarts {UNIT}")) > restarts and healthy:
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(head.check_output(f"journalctl -u {UNIT} --no-pager -n 30"))
+    assert "went away" in head.check_output(f"journalctl -u {UNIT} --no-pager")

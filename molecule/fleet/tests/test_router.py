@@ -1,0 +1,48 @@
+"""The fleet's endpoint: vllm-router on fleet-router (reached over SSH) in front of the pair's head (fleet-1) and
+fleet-3, which serve the same model. The router under a rolling update and with an unreachable Spark: test_fleet.py;
+a killed backend and a drained one: tests/unit/test_fleet_router.py (the same router and unit, on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import testinfra
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+ROUTER_URL = "http://10.77.0.20:8080"
+API_KEY = "sparkfleet-fleet-test-key"
+
+
+def router():
+    return testinfra.get_host(f"ansible://fleet-router?ansible_inventory={INVENTORY}")
+
+
+def workers() -> dict[str, bool]:
+    answer = json.loads(router().check_output("curl -fsS http://127.0.0.1:8080/workers"))
+    return {worker["url"]: worker["is_healthy"] for worker in answer["workers"]}
+
+
+def chat(key: str | None) -> int:
+    body = {"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4}
+    headers = {"content-type": "application/json", **({"authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(ROUTER_URL + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["model"] == "qwen3-0.6b"
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_the_router_holds_the_heads_and_single_sparks_endpoints_not_the_workers():
+    assert workers() == {"http://fleet-1:8000": True, "http://fleet-3:8000": True}
+    assert router().service("sparkfleet-router").is_enabled
+
+
+def test_the_fleet_endpoint_answers_with_the_key_and_refuses_without_it():
+    assert chat(API_KEY) == 200
+    assert chat(None) == 401
+    assert chat("wrong") == 401

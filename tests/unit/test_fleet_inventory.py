@@ -1,0 +1,116 @@
+"""inventories/fleet-example/: it parses, its variables exist and land where its comments say, and the preflight
+play refuses a broken fleet (a pair of three, mismatched ends, a two-Spark model on a single Spark) before any
+host changes, naming the host and the variable. Runs the real preflight play with every host on this machine
+(local connection) and the stand-in nvidia-smi."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, ansible_tool
+from test_preflight_role import FITS, said
+
+EXAMPLE = ROOT / "inventories" / "fleet-example"
+ALL_LOCAL = {
+    **FITS,
+    "ansible_connection": "local",
+    "vault_vllm_api_key": "test-key",
+}
+
+
+def inventory(*argv: str, path: Path = EXAMPLE) -> dict:
+    argv = [ansible_tool("ansible-inventory"), "-i", str(path), *argv]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def preflight(env: dict[str, str], path: Path, *extra: str, **overrides) -> subprocess.CompletedProcess:
+    variables = {**ALL_LOCAL, "ansible_python_interpreter": sys.executable, **overrides}
+    argv = [ansible_tool("ansible-playbook"), "-i", str(path), "playbooks/preflight.yml", "-e", json.dumps(variables)]
+    return subprocess.run([*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_example_has_a_single_spark_and_a_pair():
+    groups = inventory("--list")
+    sparks = set(groups["single_sparks"]["hosts"]) | {
+        host for child in groups["spark_pairs"]["children"] for host in groups[child]["hosts"]
+    }
+    assert sparks == {"spark-1", "spark-2", "spark-3"}
+    assert groups["pair_a"]["hosts"] == ["spark-2", "spark-3"]  # the first host is the head
+
+
+def test_a_pairs_variables_win_over_the_fleets():
+    head = inventory("--host", "spark-2")
+    single = inventory("--host", "spark-1")
+    assert head["vllm_server_models"][0]["recipe"] == "llama-3.3-70b-instruct-bf16-tp2"
+    assert head["spark_fabric_pair_group"] == "pair_a"
+    assert single["vllm_server_models"][0]["recipe"] == "nemotron-3-super-120b-a12b-nvfp4"
+    assert "spark_fabric_pair_group" not in single
+
+
+def test_the_example_sets_only_variables_that_a_role_documents():
+    documented = set()
+    for defaults in (ROOT / "roles").glob("*/defaults/main.yml"):
+        documented |= set(yaml.safe_load(defaults.read_text(encoding="utf-8")) or {})
+    for path in sorted(EXAMPLE.glob("group_vars/*/*.yml")):
+        for name in yaml.safe_load(path.read_text(encoding="utf-8")) or {}:
+            assert name in documented or name.startswith("ansible_"), f"{path.relative_to(ROOT)}: {name} is no role's"
+
+
+def test_a_two_spark_model_on_a_single_spark_is_refused(nvidia_smi_env):
+    two_spark_qwen = [{"recipe": "qwen3-0.6b", "port": 8000, "tensor_parallel_size": 2}]
+    done = preflight(nvidia_smi_env("gb10"), EXAMPLE, "--limit", "spark-1", vllm_server_models=two_spark_qwen)
+    assert done.returncode != 0
+    assert (
+        "spark-1: vllm_server_models[0] (qwen3-0.6b) has tensor_parallel_size 2, so it runs on two Sparks linked by "
+        "ConnectX-7: this host is in no pair." in said(done)
+    )
+
+
+def test_the_pairs_link_is_checked_on_each_spark(nvidia_smi_env):
+    # This machine has no ConnectX-7 port: both Sparks of the pair say so, by interface name.
+    done = preflight(nvidia_smi_env("gb10"), EXAMPLE)
+    assert done.returncode != 0
+    for host in ("spark-2", "spark-3"):
+        assert (
+            f"{host}: the ConnectX-7 link of pair pair_a (spark_fabric_interface=enp1s0f1np1) is not fit: there is "
+            "no network interface enp1s0f1np1" in said(done)
+        )
+    assert "changed=0" in said(done) and "changed=1" not in said(done)
+
+
+@pytest.fixture
+def broken_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "fleet"
+    shutil.copytree(EXAMPLE, copy)
+    return copy
+
+
+def test_a_pair_of_three_is_refused_by_name(nvidia_smi_env, broken_copy):
+    hosts = yaml.safe_load((broken_copy / "hosts.yml").read_text(encoding="utf-8"))
+    hosts["all"]["children"]["sparks"]["children"]["spark_pairs"]["children"]["pair_a"]["hosts"]["spark-4"] = None
+    (broken_copy / "hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
+    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+    assert done.returncode != 0
+    assert (
+        'spark_fabric_pair_group is "pair_a", which must name an inventory group of exactly two Sparks, this one '
+        "among them (the first is the head); it holds spark-2, spark-3, spark-4." in said(done)
+    )
+
+
+def test_ends_of_one_cable_with_different_mtus_are_refused(nvidia_smi_env, broken_copy):
+    (broken_copy / "host_vars").mkdir()
+    (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_mtu: 1500\n", encoding="utf-8")
+    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+    assert done.returncode != 0
+    assert "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group, spark_fabric_mtu" in said(
+        done
+    )
+    assert "MTU 9000 / 1500" in said(done)
