@@ -471,8 +471,22 @@ def test_an_unread_body_never_leaks_into_the_next_request(server: Server) -> Non
                 + f"authorization: Bearer {key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            status_line = conn.recv(65536).split(b"\r\n", 1)[0]
+            status_line = read_response(conn).split(b"\r\n", 1)[0]
             assert status_line == (b"HTTP/1.1 401 Unauthorized" if key == "wrong" else b"HTTP/1.1 200 OK")
+
+
+def read_response(conn: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response with a Content-Length body, so the next one starts clean."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head
 
 
 MULTINODE = ["--tensor-parallel-size", "2", "--nnodes", "2", "--master-addr", "127.0.0.1"]
