@@ -29,11 +29,17 @@ def said(done: subprocess.CompletedProcess) -> str:
     return " ".join((done.stdout + done.stderr).split())
 
 
+# The controller runs site.yml's last play (playbooks/summary.yml) on itself; it is no host of a scenario.
+CONTROLLER = "localhost"
+
+
 def changed_per_host(output: str) -> dict[str, int]:
-    """changed= of each host in the play recap."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)}
+    """changed= of each of the scenario's hosts in the play recap."""
+    found = re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", output, re.M)
+    return {m.group(1): int(m.group(2)) for m in found if m.group(1) != CONTROLLER}
 
 
 def failed_per_host(output: str) -> dict[str, int]:
-    """failed= of each host in the play recap."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=.*?\bfailed=(\d+)", output, re.M)}
+    """failed= of each of the scenario's hosts in the play recap."""
+    found = re.finditer(r"^(\S+)\s+:\s+ok=.*?\bfailed=(\d+)", output, re.M)
+    return {m.group(1): int(m.group(2)) for m in found if m.group(1) != CONTROLLER}
