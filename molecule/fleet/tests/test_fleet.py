@@ -28,7 +28,6 @@ INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 LOCK_FILE = Path(INVENTORY).parent / "vllm-image.lock.yml"
 VLLM_REF = "vllm/vllm-openai:cu130-nightly"
-SMALL_MODEL = {"recipe": "qwen3-0.6b", "port": 8000}
 HOSTS = testinfra.utils.ansible_runner.AnsibleRunner(INVENTORY).get_hosts("sparks")
 ROUTER_URL = "http://10.77.0.20:8080"
 API_KEY = "sparkfleet-fleet-test-key"
