@@ -49,6 +49,8 @@ FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 ARCHITECTURE_NUMBERS = ("total_params_b", "active_params_b", "bytes_per_param", "weight_bytes")
 ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context")
+PUBLISHED_EVAL_COUNTS = ("prompt_tokens", "output_tokens")
+PUBLISHED_EVAL_FIGURES = ("ttft_s", "total_s", "prefill_tok_s", "decode_tok_s")
 
 
 class RecipeError(Exception):
@@ -143,6 +145,8 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
                 problems.append(f"{label}.sources.{key} is missing: say where the figures were published")
     if isinstance(get("env"), dict):
         problems += _env_problems(get("env"), f"{label}.env")
+    if "published_eval" in recipe:
+        problems += _published_eval_problems(get("published_eval"), f"{label}.published_eval")
     measured = get("measured")
     if measured is not None and not (
         isinstance(measured, dict) and _is_number(measured.get("decode_tok_s")) and measured.get("source")
@@ -164,6 +168,29 @@ def _architecture_problems(architecture: dict, label: str) -> list[str]:
     total, active = architecture.get("total_params_b"), architecture.get("active_params_b")
     if _is_number(total) and _is_number(active) and active > total:
         problems.append(f"{label}.active_params_b={active} is more than total_params_b={total}")
+    return problems
+
+
+def _published_eval_problems(published: object, label: str) -> list[str]:
+    """The optional published evaluation (library/vllm_bench compares against it): a source and its rows."""
+    if not isinstance(published, dict) or not isinstance(published.get("rows"), list) or not published["rows"]:
+        return [f"{label}: expected a mapping with 'source' and a non-empty list 'rows', or no 'published_eval'"]
+    problems = []
+    if not isinstance(published.get("source"), str) or not published["source"]:
+        problems.append(f"{label}.source is missing: say where the figures were published")
+    for index, row in enumerate(published["rows"]):
+        where = f"{label}.rows[{index}]"
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a mapping")
+            continue
+        if not isinstance(row.get("scenario"), str) or not row["scenario"]:
+            problems.append(f"{where}.scenario: expected the scenario's name as published")
+        for key in PUBLISHED_EVAL_COUNTS:
+            if not (_is_int(row.get(key)) and row[key] > 0):
+                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive integer")
+        for key in PUBLISHED_EVAL_FIGURES:
+            if not (_is_number(row.get(key)) and row[key] > 0):
+                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
     return problems
 
 

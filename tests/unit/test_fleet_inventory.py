@@ -21,6 +21,7 @@ ALL_LOCAL = {
     **FITS,
     "ansible_connection": "local",
     "vault_vllm_api_key": "test-key",
+    "vault_grafana_admin_password": "test-grafana-password",
 }
 
 
@@ -37,13 +38,16 @@ def preflight(env: dict[str, str], path: Path, *extra: str, **overrides) -> subp
     return subprocess.run([*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_example_has_a_single_spark_and_a_pair():
+def test_the_example_has_a_single_spark_a_pair_a_router_and_a_monitoring_host():
     groups = inventory("--list")
     sparks = set(groups["single_sparks"]["hosts"]) | {
         host for child in groups["spark_pairs"]["children"] for host in groups[child]["hosts"]
     }
     assert sparks == {"spark-1", "spark-2", "spark-3"}
     assert groups["pair_a"]["hosts"] == ["spark-2", "spark-3"]  # the first host is the head
+    assert groups["router"]["hosts"] == ["gateway-1"]  # not a Spark: no GPU check, only the router's own
+    assert groups["monitoring"]["hosts"] == ["gateway-1"]  # a frozen Spark cannot report itself: watch from outside
+    assert "gateway-1" not in sparks
 
 
 def test_a_pairs_variables_win_over_the_fleets():

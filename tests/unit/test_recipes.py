@@ -138,6 +138,25 @@ def test_flags_in_the_wrong_place_or_shape_are_refused(flags, expected):
     assert expected in problems[0]
 
 
+GOOD_ROW = {
+    "scenario": "typical judge call",
+    "prompt_tokens": 58,
+    "output_tokens": 2,
+    "ttft_s": 0.42,
+    "total_s": 0.53,
+    "prefill_tok_s": 140,
+    "decode_tok_s": 23,
+}
+
+
+def test_nemotron_carries_the_published_evaluation():
+    published = recipe("nemotron-3-super-120b-a12b-nvfp4")["published_eval"]
+    assert published["rows"][0] == GOOD_ROW
+    shapes = [(row["prompt_tokens"], row["output_tokens"]) for row in published["rows"]]
+    assert shapes == [(58, 2), (1834, 32), (7234, 32), (1834, 108), (7234, 124)]
+    assert "vLLM blog 2026-06-01" in published["source"]
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
@@ -153,6 +172,16 @@ def test_flags_in_the_wrong_place_or_shape_are_refused(flags, expected):
         ({"architecture": {"active_params_b": 9}}, "active_params_b=9 is more than total_params_b=0.75"),
         ({"architecture": {"kv_heads": 0}}, "label.architecture.kv_heads=0: expected a positive integer"),
         ({"measured": {"decode_tok_s": 20}}, "label.measured: expected decode_tok_s (a number) and source"),
+        ({"published_eval": {"source": "blog", "rows": []}}, "label.published_eval: expected a mapping with"),
+        ({"published_eval": {"rows": [GOOD_ROW]}}, "label.published_eval.source is missing"),
+        (
+            {"published_eval": {"source": "blog", "rows": [{**GOOD_ROW, "prompt_tokens": "58"}]}},
+            "label.published_eval.rows[0].prompt_tokens='58': expected a positive integer",
+        ),
+        (
+            {"published_eval": {"source": "blog", "rows": [{**GOOD_ROW, "decode_tok_s": 0}]}},
+            "label.published_eval.rows[0].decode_tok_s=0: expected a positive number",
+        ),
     ],
 )
 def test_schema_problems_name_the_key_and_the_fix(override, expected):

@@ -357,6 +357,40 @@ def test_unknown_model_is_404(server: Server) -> None:
     }
 
 
+def test_tokenize_answers_like_vllm_without_the_key(server: Server) -> None:
+    # vLLM's api-key middleware guards /v1 paths only; /tokenize is outside it.
+    body = {"model": "spark-test", "prompt": "alpha beta alpha gamma", "add_special_tokens": True}
+    status, raw, _ = request(server, "POST", "/tokenize", body, key=None)
+    assert status == 200
+    result = json.loads(raw)
+    assert set(result) == {"count", "max_model_len", "tokens", "token_strs"}
+    assert (result["count"], result["max_model_len"], result["token_strs"]) == (4, 4096, None)
+    ids = result["tokens"]
+    assert ids[0] == ids[2] != ids[1]  # one id per word, the same word the same id
+    assert all(isinstance(i, int) and 3 <= i < 32000 for i in ids)
+    again = json.loads(request(server, "POST", "/tokenize", {"prompt": "gamma"}, key=None)[1])
+    assert again["tokens"] == [ids[3]]  # stable across requests
+
+
+def test_tokenize_counts_what_a_completion_reports(server: Server) -> None:
+    text = "count these seven words and nothing more"
+    tokenized = json.loads(request(server, "POST", "/tokenize", {"prompt": text})[1])
+    for prompt in (text, tokenized["tokens"]):  # the text, and its ids as a token-id prompt
+        answer = json.loads(request(server, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 1})[1])
+        assert answer["usage"]["prompt_tokens"] == tokenized["count"] == 7
+    chat = {"messages": [{"role": "user", "content": "hi there"}, {"role": "user", "content": "friend"}]}
+    assert json.loads(request(server, "POST", "/tokenize", chat)[1])["count"] == 3
+    assert json.loads(request(server, "POST", "/tokenize", {"prompt": ""})[1])["tokens"] == [1]  # BOS
+
+
+def test_tokenize_refuses_an_unknown_model_and_a_missing_prompt(server: Server) -> None:
+    status, raw, _ = request(server, "POST", "/tokenize", {"model": "nope", "prompt": "x"})
+    assert (status, json.loads(raw)["error"]["type"]) == (404, "NotFoundError")
+    assert json.loads(raw)["error"]["message"] == "The model `nope` does not exist."
+    status, raw, _ = request(server, "POST", "/tokenize", {"prompt": [1, 2]})
+    assert (status, json.loads(raw)["error"]["param"]) == (400, "prompt")
+
+
 def test_too_long_request_is_400(server: Server) -> None:
     status, raw, _ = request(server, "POST", "/v1/completions", {"prompt": "x y", "max_tokens": 5000})
     assert status == 400
@@ -436,6 +470,49 @@ def test_max_num_seqs_queues_and_decode_rate_paces(tmp_path: Path) -> None:
         assert results["first"][0] == results["second"][0] == 200
         assert results["first"][1] >= 12 / 40  # 13 tokens: the first at prefill, then 12 at 40 tok/s
         assert results["second"][1] >= results["first"][1]  # it waited for the only slot
+    finally:
+        stop_server(started)
+
+
+def timed_completion(server: Server, max_tokens: int) -> float:
+    begin = time.monotonic()
+    status, _, _ = request(server, "POST", "/v1/completions", {"prompt": "p", "max_tokens": max_tokens}, key=None)
+    assert status == 200
+    return time.monotonic() - begin
+
+
+def test_batch_cost_slows_requests_that_decode_together(tmp_path: Path) -> None:
+    # 21 tokens = 20 intervals: 0.5 s alone at 40 tok/s; two together wait (1 + 1 x 1.0) / 40 = 50 ms per token.
+    env = {
+        "VLLM_STANDIN_LOAD_SECONDS": "0.1",
+        "VLLM_STANDIN_PREFILL_TOK_S": "100000",
+        "VLLM_STANDIN_DECODE_TOK_S": "40",
+    }
+    started = start_server(tmp_path, ["m", "--max-num-seqs", "4"], {**env, "VLLM_STANDIN_BATCH_COST": "1.0"})
+    try:
+        alone = timed_completion(started, 21)
+        durations: list[float] = []
+        threads = [threading.Thread(target=lambda: durations.append(timed_completion(started, 21))) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert 0.5 <= alone < 0.6
+        assert all(0.95 <= duration < 1.15 for duration in durations), durations
+    finally:
+        stop_server(started)
+
+
+def test_ignore_stream_options_sends_no_usage_chunk(tmp_path: Path) -> None:
+    env = {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0.1", "VLLM_STANDIN_IGNORE_STREAM_OPTIONS": "1"}
+    started = start_server(tmp_path, ["m"], env)
+    try:
+        body = {"prompt": "a b", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+        status, raw, _ = request(started, "POST", "/v1/completions", body, key=None)
+        assert status == 200
+        chunks = [json.loads(event) for event in sse_events(raw)[:-1]]
+        assert len(chunks) == 3
+        assert all(chunk["choices"] and "usage" not in chunk for chunk in chunks)
     finally:
         stop_server(started)
 

@@ -29,6 +29,9 @@ class Rates:
     load_seconds: float
     prefill_tok_s: float
     decode_tok_s: float
+    # Each of n requests decoding together waits (1 + (n - 1) * batch_cost) / decode_tok_s per token: the batch
+    # shares one 273 GB/s bus, so a concurrency sweep shows a knee. 0 (default): requests never slow each other.
+    batch_cost: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class ServeConfig:
     version: str
     force_include_usage: bool
     topology: Topology | None = None  # --nnodes > 1: this node's rank, head address, ...
+    # VLLM_STANDIN_IGNORE_STREAM_OPTIONS=1: act like an OpenAI-compatible server that drops stream_options
+    # (no usage chunk), so clients can test their error for a server without usage reporting.
+    ignore_stream_options: bool = False
 
     @property
     def metrics_model_name(self) -> str:
@@ -165,6 +171,7 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         load_seconds=env_float("VLLM_STANDIN_LOAD_SECONDS", 2.0),
         prefill_tok_s=env_float("VLLM_STANDIN_PREFILL_TOK_S", 1800.0, minimum=1e-9),
         decode_tok_s=env_float("VLLM_STANDIN_DECODE_TOK_S", 23.0, minimum=1e-9),
+        batch_cost=env_float("VLLM_STANDIN_BATCH_COST", 0.0),
     )
     return ServeConfig(
         model=model,
@@ -185,4 +192,5 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         version=standin_version(),
         force_include_usage=bool(values.get("enable_force_include_usage", False)),
         topology=topology,
+        ignore_stream_options=os.environ.get("VLLM_STANDIN_IGNORE_STREAM_OPTIONS", "") not in ("", "0"),
     )

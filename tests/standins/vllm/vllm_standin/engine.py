@@ -7,8 +7,10 @@ reports. The model of a request:
 * Prefill takes ``uncached prompt tokens / VLLM_STANDIN_PREFILL_TOK_S`` seconds and yields the first token, so
   time to first token = queueing + prefill. Prefix caching (on unless ``--no-enable-prefix-caching``) skips
   the part of the prompt that a previous prompt shared, in whole ``--block-size`` blocks, as vLLM does.
-* Each further token comes ``1 / VLLM_STANDIN_DECODE_TOK_S`` seconds after the previous one. Running requests do
-  not slow each other down: the stand-in does not model batching on a bandwidth-bound bus.
+* Each further token comes ``1 / VLLM_STANDIN_DECODE_TOK_S`` seconds after the previous one. By default running
+  requests do not slow each other down; with ``VLLM_STANDIN_BATCH_COST`` = c > 0, n running requests each wait
+  ``(1 + (n - 1) * c) / VLLM_STANDIN_DECODE_TOK_S`` per token, as a batch sharing one bandwidth-bound bus does
+  (n is counted at each token, so requests joining or leaving change the pace from the next token on).
 * The "model" would answer in ``VLLM_STANDIN_OUTPUT_TOKENS`` tokens: fewer allowed by max_tokens ends with
   finish_reason "length", more allowed ends with "stop"; ``ignore_eos`` always runs to max_tokens ("length").
 
@@ -101,9 +103,12 @@ class Engine:
 
             count, reason = self.output_plan(request.max_tokens, request.ignore_eos)
             previous = time.monotonic()
+            deadline = first_token_at
             for index in range(count):
                 if index:
-                    _sleep_until(first_token_at + index / rates.decode_tok_s)
+                    # Deadlines add up from the first token's, not from "now", so sleep overhead does not drift.
+                    deadline += self._token_interval()
+                    _sleep_until(deadline)
                 now = time.monotonic()
                 self.metrics.record_token(now - previous if index else None)
                 previous = now
@@ -115,6 +120,13 @@ class Engine:
         finally:
             self._release(request.request_id)
             self.metrics.record_finished(finish_reason, time.monotonic() - request.arrival)
+
+    def _token_interval(self) -> float:
+        """Seconds between two tokens of one request while the current batch decodes together."""
+        rates = self.config.rates
+        with self._cond:
+            batch = max(len(self._running), 1)
+        return (1 + (batch - 1) * rates.batch_cost) / rates.decode_tok_s
 
     def _admit(self, request: GenerationRequest) -> None:
         """Block until this request is first in line and a --max-num-seqs slot is free."""

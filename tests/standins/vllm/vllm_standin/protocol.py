@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from http import HTTPStatus
 
 from .config import ServeConfig
+
+# The pretend tokenizer's vocabulary (a Llama-sized 32000) and its one special token the stand-in uses.
+VOCAB_SIZE = 32000
+BOS_ID = 1
+FIRST_WORD_ID = 3  # 0-2 are <unk>, <s>, </s> in Llama-style vocabularies; words never get them
 
 
 class ApiError(Exception):
@@ -105,8 +111,9 @@ def _common(body: dict[str, object], config: ServeConfig, words: tuple[str, ...]
         prompt_tokens=prompt_tokens,
         max_tokens=_max_tokens(max_tokens, prompt_tokens, config),
         stream=stream,
-        include_usage=bool(options.get("include_usage")) or config.force_include_usage,
-        continuous_usage=bool(options.get("continuous_usage_stats")),
+        include_usage=(bool(options.get("include_usage")) and not config.ignore_stream_options)
+        or config.force_include_usage,
+        continuous_usage=bool(options.get("continuous_usage_stats")) and not config.ignore_stream_options,
         ignore_eos=bool(body.get("ignore_eos", False)),
     )
 
@@ -129,9 +136,8 @@ def parse_completion(body: dict[str, object], config: ServeConfig) -> ParsedRequ
     return _common(body, config, words, body.get("max_tokens", 16))
 
 
-def parse_chat(body: dict[str, object], config: ServeConfig) -> ParsedRequest:
-    """POST /v1/chat/completions: the prompt is the text of all messages (string or text parts)."""
-    messages = body.get("messages")
+def _message_words(messages: object) -> list[str]:
+    """The words of all messages (string content or text parts), the stand-in's rendering of a chat template."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(HTTPStatus.BAD_REQUEST, "messages must be a non-empty list.", param="messages")
     words: list[str] = []
@@ -145,8 +151,36 @@ def parse_chat(body: dict[str, object], config: ServeConfig) -> ParsedRequest:
             for part in content:
                 if isinstance(part, dict) and part.get("type") == "text":
                     words += str(part.get("text", "")).split()
+    return words
+
+
+def parse_chat(body: dict[str, object], config: ServeConfig) -> ParsedRequest:
+    """POST /v1/chat/completions: the prompt is the text of all messages (string or text parts)."""
+    words = _message_words(body.get("messages"))
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     return _common(body, config, tuple(words), max_tokens)
+
+
+def token_id(word: str) -> int:
+    """A word's pretend token id: stable across runs and processes (crc32, not hash()), never a special id."""
+    return FIRST_WORD_ID + zlib.crc32(word.encode("utf-8")) % (VOCAB_SIZE - FIRST_WORD_ID)
+
+
+def tokenize(body: dict[str, object], config: ServeConfig) -> dict[str, object]:
+    """POST /tokenize (vLLM's TokenizeCompletionRequest or TokenizeChatRequest) -> TokenizeResponse.
+
+    One id per whitespace word, so ``count`` equals the prompt_tokens a completion of the same text reports;
+    an empty text is one BOS token, as a completion counts it. add_special_tokens changes nothing else.
+    """
+    _resolve_model(body, config)  # an unknown name gets the same 404 as on /v1/*
+    if "messages" in body:
+        words = _message_words(body.get("messages"))
+    elif isinstance(body.get("prompt"), str):
+        words = str(body["prompt"]).split()
+    else:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "prompt must be a string (or give messages).", param="prompt")
+    tokens = [token_id(word) for word in words] or [BOS_ID]
+    return {"count": len(tokens), "max_model_len": config.max_model_len, "tokens": tokens, "token_strs": None}
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, object]:

@@ -4,9 +4,9 @@ One thread per connection lets concurrent requests overlap (the engine decides w
 Responses use HTTP/1.1: plain bodies carry Content-Length, streams use chunked transfer encoding as uvicorn
 does, so keep-alive clients (the OpenAI SDK, `vllm bench serve`'s aiohttp) behave as they do against vLLM.
 
-Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions.
-With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as in vLLM's
-authentication middleware; /health and /metrics stay open.
+Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions,
+/tokenize. With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as in vLLM's
+authentication middleware; /health, /metrics and /tokenize (not under /v1) stay open.
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/v1/models"): self._models,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/tokenize"): self._tokenize,
         }
         self._body = self._read_body()
         path = self.path.split("?", 1)[0]
@@ -162,6 +163,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _models(self) -> None:
         self._send_json(HTTPStatus.OK, protocol.models_list(self.server.config, self.server.started))
+
+    def _tokenize(self) -> None:
+        self._send_json(HTTPStatus.OK, protocol.tokenize(self._read_json(), self.server.config))
 
     def _completions(self) -> None:
         arrival = time.monotonic()

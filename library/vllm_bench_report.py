@@ -1,0 +1,124 @@
+#!/usr/bin/python
+"""Ansible module vllm_bench_report: write vllm_bench's results as JSON, CSV and a sweep plot (on the controller)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_bench_report
+short_description: Write vllm_bench results to results.json, results.csv and sweep.png in a directory
+description:
+  - Writes RV(vllm_bench.measurements) as C(results.json), as C(results.csv) (one row per scenario, then one per
+    sweep level, a C(section) column first) and, when there was a sweep, as C(sweep.png) (aggregate output
+    tok/s, p95 TTFT and p50 inter-token latency against concurrency, the knee marked).
+  - Meant for the controller (C(delegate_to) C(localhost)); the plot needs matplotlib, a controller dependency
+    in requirements.txt, which a Spark does not need.
+  - Writes a file only when its content differs, and reports a change only then; in check mode it writes
+    nothing and reports what it would change.
+version_added: "0.1.0"
+author: sparkfleet
+options:
+  measurements:
+    description: The C(measurements) that M(vllm_bench) returned.
+    type: dict
+    required: true
+  dest:
+    description: Directory to write into; created (with its parents) when missing.
+    type: path
+    required: true
+  mode:
+    description: Permissions of the written files.
+    type: raw
+    default: "0644"
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Write the bench report next to the playbook
+  vllm_bench_report:
+    measurements: "{{ bench.measurements }}"
+    dest: "{{ playbook_dir }}/reports/{{ inventory_hostname }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+files:
+  description: Paths of the report's files (sweep.png only when there was a sweep).
+  returned: always
+  type: dict
+  sample: {"json": "/r/results.json", "csv": "/r/results.csv", "png": "/r/sweep.png"}
+changed_files:
+  description: Paths whose content was (or, in check mode, would be) written.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.openai_bench import results_csv, results_json, sweep_png
+
+
+def report_files(results: dict) -> dict[str, tuple[str, bytes]]:
+    """kind -> (file name, content) of every file the report holds."""
+    files = {
+        "json": ("results.json", results_json(results).encode()),
+        "csv": ("results.csv", results_csv(results).encode()),
+    }
+    png = sweep_png(results)
+    if png is not None:
+        files["png"] = ("sweep.png", png)
+    return files
+
+
+def differs(path: Path, content: bytes) -> bool:
+    return not path.is_file() or path.read_bytes() != content
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Write beside the target, then rename: a reader never sees half a file."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "wb") as out:
+        out.write(content)
+    os.replace(temporary, path)
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "measurements": {"type": "dict", "required": True},
+            "dest": {"type": "path", "required": True},
+            "mode": {"type": "raw", "default": "0644"},
+        },
+        supports_check_mode=True,
+    )
+    dest = Path(module.params["dest"])
+    results = module.params["measurements"]
+    if not isinstance(results.get("scenarios"), list):
+        module.fail_json(msg="measurements has no 'scenarios' list: pass the 'measurements' vllm_bench returned")
+    try:
+        files = report_files(results)
+    except ImportError as error:
+        module.fail_json(msg=f"cannot draw sweep.png: {error}; install the controller's requirements.txt")
+    paths = {kind: str(dest / name) for kind, (name, _) in files.items()}
+    changed_files = [str(dest / name) for name, content in files.values() if differs(dest / name, content)]
+    changed = bool(changed_files)
+    if not module.check_mode:
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, content in files.values():
+            if str(dest / name) in changed_files:
+                write_atomically(dest / name, content)
+            file_args = module.load_file_common_arguments({"path": str(dest / name), "mode": module.params["mode"]})
+            changed = module.set_fs_attributes_if_different(file_args, changed)
+    module.exit_json(changed=changed, files=paths, changed_files=changed_files)
+
+
+if __name__ == "__main__":
+    main()
