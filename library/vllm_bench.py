@@ -104,9 +104,10 @@ options:
     elements: dict
     default: []
   seed:
-    description: Seed of the prompts' fresh first ids (same seed, same prompts).
+    description:
+      - Seed of the prompts' fresh first ids (same seed, same prompts); returned as RV(measurements.seed).
+      - Unset, a fresh one each run, so a rerun cannot hit the prefix cache the previous run left behind.
     type: int
-    default: 0
 attributes:
   check_mode:
     support: full
@@ -242,7 +243,7 @@ def main() -> None:
             "active_params_b": {"type": "float"},
             "bytes_per_param": {"type": "float"},
             "published": {"type": "list", "elements": "dict", "default": []},
-            "seed": {"type": "int", "default": 0},
+            "seed": {"type": "int"},
         },
         supports_check_mode=True,
     )

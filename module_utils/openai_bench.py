@@ -181,7 +181,13 @@ def call_json(endpoint: Endpoint, method: str, path: str, body: object | None = 
         conn.close()
     if response.status != 200:
         raise _http_error(endpoint, path, response.status, raw)
-    return json.loads(raw)
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise BenchError(f"{endpoint.base}{path} answered 200 with a body that is not JSON: {raw[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise BenchError(f"{endpoint.base}{path} answered 200 with {answer!r:.200}, not a JSON object")
+    return answer
 
 
 def check_model(endpoint: Endpoint) -> None:
@@ -261,9 +267,12 @@ def measure_request(endpoint: Endpoint, prompt_ids: list[int], output_tokens: in
         if response.status != 200:
             raise _http_error(endpoint, "/v1/completions", response.status, response.read())
         for arrived, chunk in _stream_events(response):
+            if not isinstance(chunk, dict) or chunk.get("error"):  # vLLM reports a failure mid-stream this way
+                detail = chunk.get("error") if isinstance(chunk, dict) else chunk
+                raise BenchError(f"{endpoint.base}/v1/completions failed mid-stream: {detail!r:.300}")
             if any(choice.get("text") for choice in chunk.get("choices") or []):
                 token_times.append(arrived - start)
-            if chunk.get("usage"):
+            if isinstance(chunk.get("usage"), dict):
                 usage = chunk["usage"]
         end = time.perf_counter() - start
     except (OSError, http.client.HTTPException) as error:
@@ -401,11 +410,12 @@ def _drive(endpoint: Endpoint, maker: PromptMaker, concurrency: int, requests: i
                 if remaining[0] == 0:
                     return
                 remaining[0] -= 1
+            # Whatever ends a request is a failure to count, never a request lost from the figures.
             try:
                 result = measure_request(endpoint, maker.prompt(prompt), output)
-            except BenchError as error:
+            except Exception as error:
                 with lock:
-                    errors.append(str(error))
+                    errors.append(str(error) if isinstance(error, BenchError) else f"{type(error).__name__}: {error}")
                 continue
             with lock:
                 results.append(result)
@@ -429,7 +439,7 @@ def run_level(endpoint: Endpoint, maker: PromptMaker, concurrency: int, requests
     e2e = [result.total_s for result in results]
     return {
         "concurrency": concurrency,
-        "requests": requests,
+        "requests": len(results) + len(errors),  # every request sent ended in one or the other
         "failures": len(errors),
         "wall_s": _round(wall),
         "output_tok_s": _round(sum(result.completion_tokens for result in results) / wall, 2),
@@ -503,7 +513,7 @@ class BenchSettings:
     sweep_requests_per_level: int = 0
     sweep_prompt_tokens: int = 1834
     sweep_output_tokens: int = 108
-    seed: int = 0
+    seed: int | None = None  # None: a fresh one, so a rerun cannot hit the prefix cache of the previous run
 
 
 def run_bench(endpoint: Endpoint, settings: BenchSettings) -> dict:
@@ -511,7 +521,8 @@ def run_bench(endpoint: Endpoint, settings: BenchSettings) -> dict:
     check_model(endpoint)
     lengths = [scenario.prompt_tokens for scenario in settings.scenarios]
     longest = max([*lengths, settings.sweep_prompt_tokens if settings.sweep_levels else 1])
-    maker = PromptMaker(endpoint, longest, settings.seed)
+    seed = random.SystemRandom().randrange(2**31) if settings.seed is None else settings.seed
+    maker = PromptMaker(endpoint, longest, seed)
     bound = decode_bound_tok_s(settings.bandwidth_gbps, settings.active_params_b, settings.bytes_per_param)
     runs, warmup, published = settings.runs, settings.warmup, settings.published
     rows = [
@@ -532,6 +543,7 @@ def run_bench(endpoint: Endpoint, settings: BenchSettings) -> dict:
         "model": endpoint.model,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "method": f"median of {settings.runs} streamed runs after {settings.warmup} warm-up; token-id prompts",
+        "seed": seed,
         "decode_bound_tok_s": _round(bound, 1),
         "bandwidth_gbps": settings.bandwidth_gbps,
         "scenarios": rows,

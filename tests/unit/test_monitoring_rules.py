@@ -102,12 +102,14 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 # Free loopback ports, chosen once: tests/unit/test_monitoring_live.py runs Prometheus on this same rendering.
-PORTS = {name: free_port() for name in ("node_a", "node_b", "node_c", "vllm_a", "vllm_b", "prometheus")}
+PORTS = {name: free_port() for name in ("node_a", "node_b", "node_c", "vllm_a", "vllm_b", "prometheus", "alertmanager")}
 # What a test run changes from the defaults: a Prometheus on loopback that scrapes every second.
 TEST_SETTINGS = {
     "fleet_monitoring_scrape_interval_s": 1,
     "fleet_monitoring_prometheus_listen_address": "127.0.0.1",
     "fleet_monitoring_prometheus_port": PORTS["prometheus"],
+    # Nothing listens there: Prometheus only logs that it could not deliver (the live test needs no Alertmanager).
+    "fleet_monitoring_alertmanagers": [f"127.0.0.1:{PORTS['alertmanager']}"],
 }
 _rendered: dict[str, Path] = {}
 
@@ -159,6 +161,8 @@ def targets_of(config: dict, job: str) -> list[tuple[str, dict]]:
 def test_scrape_targets_are_the_exporters_and_the_endpoints_that_answer_the_api(rendered):
     config = yaml.safe_load(rendered["config"].read_text())
     assert config["global"]["scrape_interval"] == "1s"
+    alertmanagers = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert alertmanagers == [f"127.0.0.1:{PORTS['alertmanager']}"]
     assert targets_of(config, "spark") == [
         (f"127.0.0.1:{PORTS['node_a']}", {"spark": "spark-a"}),
         (f"127.0.0.1:{PORTS['node_b']}", {"spark": "spark-b"}),

@@ -19,6 +19,7 @@ from conftest import ROOT, ansible_tool
 from openai_bench import (
     KNEE_RULE,
     BenchError,
+    BenchSettings,
     Endpoint,
     PromptMaker,
     Scenario,
@@ -27,6 +28,7 @@ from openai_bench import (
     find_knee,
     measure_request,
     percentile,
+    run_bench,
     run_scenario,
     sweep_levels,
 )
@@ -275,3 +277,11 @@ def test_the_report_writes_json_csv_and_png_once(played: dict) -> None:
     assert [row["knee"] for row in table] == ["False", "False", "True", "False"]
     assert oct(Path(written["files"]["csv"]).stat().st_mode & 0o777) == "0o644"
     assert (again["changed"], again["changed_files"]) == (False, [])
+
+
+def test_each_run_draws_a_fresh_seed_unless_given_one(timed: Server) -> None:
+    """A rerun must not send the prompts of the run before: vLLM's prefix cache still holds them."""
+    bench = endpoint(timed)
+    fresh = [run_bench(bench, BenchSettings(scenarios=[]))["seed"] for _ in range(2)]
+    assert fresh[0] != fresh[1]
+    assert run_bench(bench, BenchSettings(scenarios=[], seed=7))["seed"] == 7
