@@ -35,17 +35,6 @@ MODEL = "qwen3-0.6b"  # the served name the rendered inventory gives spark-a's e
 PROM = f"http://127.0.0.1:{PORTS['prometheus']}"
 STANDIN_ADDRESS = ["--host", "127.0.0.1", "--port", str(PORTS["vllm_a"])]
 
-# Metrics that panels of vLLM's published board (vllm.json) query and the stand-in vLLM does not expose (it
-# imitates the subset sparkfleet relies on). A panel may come back empty only when every metric it lacks is here.
-KNOWN_MISSING = {
-    "vllm:request_prompt_tokens_bucket": "per-request prompt length histogram (heatmap panel); not in the stand-in",
-    "vllm:request_generation_tokens_bucket": "per-request output length histogram (heatmap panel); not in the stand-in",
-    "vllm:request_queue_time_seconds_sum": "queue time histogram; the stand-in keeps waiting time only as a gauge",
-    "vllm:request_prefill_time_seconds_sum": "prefill phase histogram; not in the stand-in",
-    "vllm:request_decode_time_seconds_sum": "decode phase histogram; not in the stand-in",
-    "vllm:request_max_num_generation_tokens_sum": "max_tokens histogram; not in the stand-in",
-}
-
 
 def get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -163,24 +152,15 @@ def metric_names() -> set[str]:
 
 @pytest.mark.parametrize("board", ["sparkfleet-spark.json", "vllm.json"])
 def test_every_panel_query_is_valid_and_returns_data(prometheus, board):
-    known = set(KNOWN_MISSING) if board == "vllm.json" else set()
+    """Every metric a panel queries exists: the stand-in exposes all that vLLM's board and ours use."""
     present = metric_names()
     queries = panel_queries(board)
     assert queries, f"{board} has no panel queries"
-    empty = []
     for where, expr in queries:
         answer = query(substituted(expr))
         assert answer["status"] == "success", f"{where}: {answer}"
-        if not answer["data"]["result"]:
-            missing = set(re.findall(r"[a-z_]+:[a-z_:]+", expr)) - present
-            assert missing and missing <= known, f"{where}: no data for {substituted(expr)!r} (missing {missing})"
-            empty.append(where)
-    # The known-missing list stays honest: each entry is absent from the stand-in and queried by some panel.
-    assert not known & present, f"the stand-in now exposes {known & present}: take them out of KNOWN_MISSING"
-    queried = {name for _, expr in queries for name in re.findall(r"[a-z_]+:[a-z_:]+", expr)}
-    assert known <= queried
-    if board == "sparkfleet-spark.json":
-        assert not empty
+        missing = set(re.findall(r"[a-z_]+:[a-z_:]+", expr)) - present
+        assert answer["data"]["result"], f"{where}: no data for {substituted(expr)!r} (missing {missing})"
 
 
 def test_template_variables_list_the_spark_and_its_model(prometheus):

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .config import ServeConfig
-from .metrics import Metrics
+from .metrics import FinishedRequest, Metrics
 
 # The stand-in's whole vocabulary: each generated token is the next word of this sentence, with a leading space.
 ANSWER_WORDS = tuple(["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "."])
@@ -69,7 +69,7 @@ class Engine:
         self._queue: deque[str] = deque()  # request ids waiting for a slot, oldest first
         self._running: dict[str, int] = {}  # request id -> tokens it holds in the KV cache
         self._seen_prompts: deque[tuple[str, ...]] = deque(maxlen=PREFIX_MEMORY)
-        self.metrics = Metrics(config.metrics_model_name, self.gauges)
+        self.metrics = Metrics(config.metrics_model_name, self.gauges, config.max_model_len)
 
     def gauges(self) -> dict[str, float]:
         """Live values of vLLM's scheduler gauges."""
@@ -91,6 +91,8 @@ class Engine:
     def generate(self, request: GenerationRequest) -> Iterator[TokenEvent]:
         """Yield the tokens of one request at the modelled times; closing the iterator early aborts it."""
         self._admit(request)
+        admitted = first_token = time.monotonic()
+        generated = 0
         finish_reason = "abort"
         try:
             rates = self.config.rates
@@ -98,7 +100,8 @@ class Engine:
             first_token_at = time.monotonic() + (request.prompt_tokens - cached) / rates.prefill_tok_s
             _sleep_until(first_token_at)
             queried = request.prompt_tokens if self.config.enable_prefix_caching else 0
-            self.metrics.record_prefill(request.prompt_tokens, queried, cached, time.monotonic() - request.arrival)
+            first_token = time.monotonic()
+            self.metrics.record_prefill(request.prompt_tokens, queried, cached, first_token - request.arrival)
             self._remember_prompt(request.prompt_words)
 
             count, reason = self.output_plan(request.max_tokens, request.ignore_eos)
@@ -114,12 +117,25 @@ class Engine:
                 previous = now
                 with self._cond:
                     self._running[request.request_id] += 1
+                generated += 1
                 word = ANSWER_WORDS[index % len(ANSWER_WORDS)]
                 yield TokenEvent(index=index, text=" " + word, finish_reason=reason if index == count - 1 else None)
             finish_reason = reason
         finally:
             self._release(request.request_id)
-            self.metrics.record_finished(finish_reason, time.monotonic() - request.arrival)
+            end = time.monotonic()
+            self.metrics.record_finished(
+                FinishedRequest(
+                    finish_reason=finish_reason,
+                    e2e_s=end - request.arrival,
+                    queued_s=admitted - request.arrival,
+                    prefill_s=max(first_token - admitted, 0.0),
+                    decode_s=max(end - first_token, 0.0),
+                    prompt_tokens=request.prompt_tokens,
+                    generation_tokens=generated,
+                    max_tokens=request.max_tokens,
+                )
+            )
 
     def _token_interval(self) -> float:
         """Seconds between two tokens of one request while the current batch decodes together."""

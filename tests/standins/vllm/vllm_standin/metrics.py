@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 # Bucket bounds copied from vLLM's PrometheusStatLogger.
 TTFT_BUCKETS = (
@@ -25,6 +26,34 @@ E2E_BUCKETS = (
 )  # fmt: skip
 
 FINISH_REASONS = ("stop", "length", "abort")
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to max_value (the bounds of its token counts)."""
+    buckets: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return tuple(buckets)
+            buckets.append(value)
+        exponent += 1
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """What vLLM records of a request when it ends (its FinishedRequestStats): phases in seconds, token counts."""
+
+    finish_reason: str
+    e2e_s: float
+    queued_s: float
+    prefill_s: float
+    decode_s: float
+    prompt_tokens: int
+    generation_tokens: int
+    max_tokens: int
+
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -66,7 +95,7 @@ class Histogram:
 class Metrics:
     """The engine's counters and histograms; gauges are read live from the engine when the page is rendered."""
 
-    def __init__(self, model_name: str, gauges: Callable[[], dict[str, float]]) -> None:
+    def __init__(self, model_name: str, gauges: Callable[[], dict[str, float]], max_model_len: int) -> None:
         self._lock = threading.Lock()
         self._labels = {"model_name": model_name, "engine": "0"}
         self._gauges = gauges
@@ -78,6 +107,11 @@ class Metrics:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        # Per finished request, as vLLM's PrometheusStatLogger: the phases share the e2e buckets, the token counts
+        # get 1-2-5 buckets up to the context length.
+        self.phases = {phase: Histogram(E2E_BUCKETS) for phase in ("queue", "inference", "prefill", "decode")}
+        counts = build_1_2_5_buckets(max_model_len)
+        self.counts = {name: Histogram(counts) for name in ("prompt", "generation", "max_generation", "max_tokens")}
 
     def record_prefill(self, prompt_tokens: int, cache_queries: int, cache_hits: int, ttft: float) -> None:
         with self._lock:
@@ -92,10 +126,18 @@ class Metrics:
             if inter_token_latency is not None:
                 self.itl.observe(inter_token_latency)
 
-    def record_finished(self, finish_reason: str, e2e_seconds: float) -> None:
+    def record_finished(self, done: FinishedRequest) -> None:
         with self._lock:
-            self.request_success[finish_reason] = self.request_success.get(finish_reason, 0) + 1
-            self.e2e.observe(e2e_seconds)
+            self.request_success[done.finish_reason] = self.request_success.get(done.finish_reason, 0) + 1
+            self.e2e.observe(done.e2e_s)
+            self.phases["queue"].observe(done.queued_s)
+            self.phases["inference"].observe(done.prefill_s + done.decode_s)
+            self.phases["prefill"].observe(done.prefill_s)
+            self.phases["decode"].observe(done.decode_s)
+            self.counts["prompt"].observe(done.prompt_tokens)
+            self.counts["generation"].observe(done.generation_tokens)
+            self.counts["max_generation"].observe(done.max_tokens)
+            self.counts["max_tokens"].observe(done.max_tokens)
 
     def render(self) -> str:
         """The Prometheus text exposition (version 0.0.4) of every metric."""
@@ -141,6 +183,25 @@ class Metrics:
             self._histogram(
                 out, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e
             )
+            for phase, state in (
+                ("queue", "WAITING"),
+                ("inference", "RUNNING"),
+                ("prefill", "PREFILL"),
+                ("decode", "DECODE"),
+            ):
+                help_text = f"Histogram of time spent in {state} phase for request."
+                self._histogram(out, f"vllm:request_{phase}_time_seconds", help_text, self.phases[phase])
+            for name, help_text, key in (
+                ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt"),
+                ("vllm:request_generation_tokens", "Number of generation tokens processed.", "generation"),
+                (
+                    "vllm:request_max_num_generation_tokens",
+                    "Histogram of maximum number of requested generation tokens.",
+                    "max_generation",
+                ),
+                ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens"),
+            ):
+                self._histogram(out, name, help_text, self.counts[key])
         return "\n".join(out) + "\n"
 
     def _gauge(self, out: list[str], name: str, help_text: str, value: float) -> None:
