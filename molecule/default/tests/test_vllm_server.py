@@ -141,6 +141,8 @@ def test_earlyoom_runs_and_prefers_vllm(host):
     earlyoom = host.process.get(comm="earlyoom")
     assert "--prefer ^(vllm|VLLM::.*)$" in earlyoom.args
     assert "-m 3" in earlyoom.args
+    # Both thresholds must be crossed before earlyoom acts: -s 100 keeps free swap from ever holding it back.
+    assert "-s 100" in earlyoom.args
 
 
 def test_a_verbose_rerun_changes_nothing_and_shows_no_secret(host, secrets):
