@@ -23,11 +23,11 @@ model    : qwen3-0.6b (recipe recipes/qwen3-0.6b.yml; the vLLM in the image is t
 unit     : docker exec sparkfleet-demo systemctl status vllm-qwen3-0.6b
 ask      : docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
              -H 'Content-Type: application/json' \
-             -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+             -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 200}'
 again    : .venv/bin/molecule converge -s demo     (site.yml again: nothing changes)
 remove   : .venv/bin/molecule destroy -s demo
 DONE
 docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
   -H 'Content-Type: application/json' \
-  -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+  -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 200}'
 echo

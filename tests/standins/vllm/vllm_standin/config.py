@@ -51,6 +51,9 @@ class ServeConfig:
     headless: bool
     kv_cache_tokens: int
     natural_output_tokens: int
+    # --reasoning-parser: a chat answer starts with this many tokens of reasoning (message.reasoning), then the
+    # natural_output_tokens of content, as a thinking model's does. 0 without a parser.
+    reasoning_tokens: int
     rates: Rates
     version: str
     force_include_usage: bool
@@ -188,6 +191,9 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         headless=bool(values.get("headless", False)),
         kv_cache_tokens=int(env_float("VLLM_STANDIN_KV_CACHE_TOKENS", kv_default, minimum=1)),
         natural_output_tokens=int(env_float("VLLM_STANDIN_OUTPUT_TOKENS", 64, minimum=1)),
+        # Real reasoning models think for hundreds of tokens before they answer: by default longer than a short
+        # smoke check's budget, so a client that reads only `content` sees null, as it would on a real model.
+        reasoning_tokens=int(env_float("VLLM_STANDIN_REASONING_TOKENS", 96)) if values.get("reasoning_parser") else 0,
         rates=rates,
         version=standin_version(),
         force_include_usage=bool(values.get("enable_force_include_usage", False)),

@@ -13,6 +13,8 @@ reports. The model of a request:
   (n is counted at each token, so requests joining or leaving change the pace from the next token on).
 * The "model" would answer in ``VLLM_STANDIN_OUTPUT_TOKENS`` tokens: fewer allowed by max_tokens ends with
   finish_reason "length", more allowed ends with "stop"; ``ignore_eos`` always runs to max_tokens ("length").
+  A chat request to a server with ``--reasoning-parser`` first reasons for ``VLLM_STANDIN_REASONING_TOKENS``
+  tokens (they count against max_tokens, as a thinking model's do), then answers.
 
 Tokens are an approximation: a prompt has as many tokens as whitespace-separated words (at least one), and each
 generated token is one word, so the text a client receives counts back to the reported usage.
@@ -31,6 +33,7 @@ from .metrics import FinishedRequest, Metrics
 
 # The stand-in's whole vocabulary: each generated token is the next word of this sentence, with a leading space.
 ANSWER_WORDS = tuple(["The", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "."])
+REASONING_WORDS = tuple(["Let", "me", "think", "about", "what", "the", "user", "asks", "here", "."])
 PREFIX_MEMORY = 256  # how many past prompts the pretend prefix cache remembers
 
 
@@ -49,6 +52,7 @@ class GenerationRequest:
     max_tokens: int
     ignore_eos: bool
     arrival: float  # time.monotonic() when the HTTP request arrived
+    reasoning_tokens: int = 0  # tokens of reasoning before the answer (chat with --reasoning-parser)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class TokenEvent:
     index: int
     text: str
     finish_reason: str | None
+    reasoning: bool = False  # reasoning text (message.reasoning / delta.reasoning), not the answer
 
 
 class Engine:
@@ -81,9 +86,9 @@ class Engine:
                 "kv_cache_usage": min(held / self.config.kv_cache_tokens, 1.0),
             }
 
-    def output_plan(self, max_tokens: int, ignore_eos: bool) -> tuple[int, str]:
-        """How many tokens the pretend model generates and why it stops."""
-        natural = self.config.natural_output_tokens
+    def output_plan(self, max_tokens: int, ignore_eos: bool, reasoning_tokens: int = 0) -> tuple[int, str]:
+        """How many tokens the pretend model generates (reasoning included) and why it stops."""
+        natural = reasoning_tokens + self.config.natural_output_tokens
         if ignore_eos or max_tokens < natural:
             return max_tokens, "length"
         return natural, "stop"
@@ -104,7 +109,7 @@ class Engine:
             self.metrics.record_prefill(request.prompt_tokens, queried, cached, first_token - request.arrival)
             self._remember_prompt(request.prompt_words)
 
-            count, reason = self.output_plan(request.max_tokens, request.ignore_eos)
+            count, reason = self.output_plan(request.max_tokens, request.ignore_eos, request.reasoning_tokens)
             previous = time.monotonic()
             deadline = first_token_at
             for index in range(count):
@@ -118,8 +123,14 @@ class Engine:
                 with self._cond:
                     self._running[request.request_id] += 1
                 generated += 1
-                word = ANSWER_WORDS[index % len(ANSWER_WORDS)]
-                yield TokenEvent(index=index, text=" " + word, finish_reason=reason if index == count - 1 else None)
+                reasoning = index < request.reasoning_tokens
+                words = REASONING_WORDS if reasoning else ANSWER_WORDS
+                yield TokenEvent(
+                    index=index,
+                    text=" " + words[index % len(words)],
+                    finish_reason=reason if index == count - 1 else None,
+                    reasoning=reasoning,
+                )
             finish_reason = reason
         finally:
             self._release(request.request_id)

@@ -230,17 +230,25 @@ def completion_chunk(
 
 
 def chat_response(
-    request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int
+    request_id: str,
+    model: str,
+    text: str,
+    reasoning: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
 ) -> dict[str, object]:
+    """A chat answer; with a reasoning parser, the thinking is in message.reasoning and content may be null (a
+    max_tokens that ends while the model still reasons), as vLLM's ChatMessage has it since PR 33402."""
     message = {
         "role": "assistant",
-        "content": text,
+        "content": text or None,
         "refusal": None,
         "annotations": None,
         "audio": None,
         "function_call": None,
         "tool_calls": [],
-        "reasoning_content": None,
+        "reasoning": reasoning or None,
     }
     return {
         "id": request_id,

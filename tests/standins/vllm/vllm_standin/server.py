@@ -186,6 +186,8 @@ class Handler(BaseHTTPRequestHandler):
             max_tokens=parsed.max_tokens,
             ignore_eos=parsed.ignore_eos,
             arrival=arrival,
+            # vLLM's reasoning parser splits chat answers only; /v1/completions returns the raw text.
+            reasoning_tokens=self.server.config.reasoning_tokens if chat else 0,
         )
         tokens = self.server.engine.generate(engine_request)
         try:
@@ -193,10 +195,17 @@ class Handler(BaseHTTPRequestHandler):
                 self._stream(request_id, parsed, tokens, chat)
             else:
                 events = list(tokens)
-                text = "".join(event.text for event in events)
+                text = "".join(event.text for event in events if not event.reasoning)
                 finish = events[-1].finish_reason or "length"
-                build = protocol.chat_response if chat else protocol.completion_response
-                body = build(request_id, parsed.model, text, finish, parsed.prompt_tokens, len(events))
+                if chat:
+                    reasoning = "".join(event.text for event in events if event.reasoning)
+                    body = protocol.chat_response(
+                        request_id, parsed.model, text, reasoning, finish, parsed.prompt_tokens, len(events)
+                    )
+                else:
+                    body = protocol.completion_response(
+                        request_id, parsed.model, text, finish, parsed.prompt_tokens, len(events)
+                    )
                 self._send_json(HTTPStatus.OK, body)
         finally:
             tokens.close()  # a client that went away mid-stream aborts the request and frees its slot
@@ -225,9 +234,8 @@ class Handler(BaseHTTPRequestHandler):
         for event in tokens:
             generated += 1
             if chat:
-                chunk = protocol.chat_chunk(
-                    request_id, created, parsed.model, {"content": event.text}, event.finish_reason
-                )
+                delta = {"reasoning" if event.reasoning else "content": event.text}
+                chunk = protocol.chat_chunk(request_id, created, parsed.model, delta, event.finish_reason)
             else:
                 chunk = protocol.completion_chunk(request_id, created, parsed.model, event.text, event.finish_reason)
             self._event(with_usage(chunk))
