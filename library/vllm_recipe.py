@@ -81,12 +81,12 @@ problems:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_flags import load_flag_list
 from ansible.module_utils.vllm_recipe import (
     RecipeError,
     apply_overrides,
     container_env,
     flag_problems,
-    load_flag_kinds,
     load_recipe,
     schema_problems,
     serve_args,
@@ -109,16 +109,16 @@ def main() -> None:
     flags_file = params["flags_file"] or str(Path(params["recipes_dir"]) / "vllm-serve-flags.txt")
     try:
         recipe = apply_overrides(load_recipe(params["recipe"], params["recipes_dir"]), params["overrides"])
-        flag_kinds = load_flag_kinds(flags_file)
-    except (RecipeError, OSError) as error:
+        flag_specs = load_flag_list(flags_file)
+    except (RecipeError, OSError, ValueError) as error:
         module.fail_json(msg=f"{label}: {error}", problems=[str(error)])
-    problems = schema_problems(recipe, label) + flag_problems(recipe, flag_kinds, label)
+    problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
     module.exit_json(
         changed=False,
         recipe=recipe,
-        serve_args=serve_args(recipe, flag_kinds),
+        serve_args=serve_args(recipe, flag_specs),
         env=container_env(recipe),
         problems=[],
     )

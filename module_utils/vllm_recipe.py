@@ -37,7 +37,6 @@ SECRET_ENV = {
     "HUGGING_FACE_HUB_TOKEN": "vllm_server_hf_token",
     "VLLM_API_KEY": "vllm_server_api_key",
 }
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "half", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
@@ -132,7 +131,8 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
     need("gpu_memory_utilization", _is_number(utilization) and 0 < utilization < 1, "a fraction between 0 and 1")
     need("max_model_len", _is_int(get("max_model_len")) and get("max_model_len") > 0, "a positive number of tokens")
     need("max_num_seqs", _is_int(get("max_num_seqs")) and get("max_num_seqs") > 0, "a positive integer")
-    need("kv_cache_dtype", get("kv_cache_dtype") in KV_CACHE_DTYPES, "one of " + ", ".join(KV_CACHE_DTYPES))
+    # Its choices are the pinned vLLM's (--kv-cache-dtype in the flag list): flag_problems checks them.
+    need("kv_cache_dtype", isinstance(get("kv_cache_dtype"), str), "a KV-cache dtype such as auto or fp8")
     need("serve_flags", isinstance(get("serve_flags"), dict), "a mapping of flag name to value ({} for none)")
     need("env", isinstance(get("env"), dict), "a mapping of variable name to text ({} for none)")
     need("architecture", isinstance(get("architecture"), dict), "a mapping (see recipes/README.md)")
@@ -207,21 +207,20 @@ def _env_problems(env: dict, label: str) -> list[str]:
 
 
 # --- the flag list of the pinned vLLM ------------------------------------------------------------------------
+# `flag_specs` maps a flag name (no dashes) to its FlagSpec (module_utils/vllm_flags.py: .kind, .off, .choices),
+# read from the committed list in preflight or from the pinned image's own help on the Spark.
 
 
-def load_flag_kinds(path: str | Path) -> dict[str, str]:
-    """Flag name (no dashes) -> kind, from a `vllm serve` flag list (``--FLAG KIND [ALIAS...]`` lines)."""
-    kinds: dict[str, str] = {}
-    for raw in Path(path).read_text(encoding="utf-8").splitlines():
-        line = raw.split("#", 1)[0].split()
-        if line:
-            kinds[line[0].removeprefix("--")] = line[1] if len(line) > 1 else "value"
-    return kinds
-
-
-def flag_problems(recipe: dict, flag_kinds: dict[str, str], label: str = "recipe") -> list[str]:
-    """Every serve_flags entry vLLM would refuse, or that belongs elsewhere, with the fix."""
+def flag_problems(recipe: dict, flag_specs: dict, label: str = "recipe", source: str = "the pinned vLLM") -> list[str]:
+    """Every flag or planned value vLLM would refuse, or that belongs elsewhere, with the fix."""
     problems = []
+    for key, flag in PLANNED_FLAGS.items():
+        spec = flag_specs.get(flag)
+        value = recipe.get(key)
+        if spec is None:
+            problems.append(f"{label}.{key}: --{flag} is not a flag of `vllm serve` in {source}")
+        elif spec.choices and value is not None and str(value) not in spec.choices:
+            problems.append(f"{label}.{key}={value!r}: {source} accepts one of {', '.join(spec.choices)}")
     flags = recipe.get("serve_flags")
     if not isinstance(flags, dict):
         return problems
@@ -235,19 +234,23 @@ def flag_problems(recipe: dict, flag_kinds: dict[str, str], label: str = "recipe
             problems.append(f"{where}: set {label}.{planned[name]} instead (the memory planner reads it there)")
         elif name in ROLE_FLAGS:
             problems.append(f"{where}: the role sets --{name} from {ROLE_FLAGS[name]}; remove it here")
-        elif name not in flag_kinds:
-            close = difflib.get_close_matches(name, flag_kinds, n=1)
+        elif name not in flag_specs:
+            close = difflib.get_close_matches(name, flag_specs, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"{where}: --{name} is not a flag of `vllm serve` in the pinned vLLM{hint}")
+            problems.append(f"{where}: --{name} is not a flag of `vllm serve` in {source}{hint}")
         elif value is not None:
-            problem = _value_problem(flag_kinds[name], value)
+            problem = _value_problem(flag_specs[name], value)
             if problem:
                 problems.append(f"{where}={value!r}: {problem}")
     return problems
 
 
-def _value_problem(kind: str, value: object) -> str | None:
-    """Why `value` cannot be given to a flag of this kind, or None."""
+def _value_problem(spec, value: object) -> str | None:
+    """Why `value` cannot be given to this flag (a FlagSpec), or None."""
+    kind = spec.kind
+    items = value if isinstance(value, list) else [value]
+    if spec.choices and any(str(item) not in spec.choices for item in items if not isinstance(item, bool)):
+        return f"expected one of {', '.join(spec.choices)}"
     if kind in ("bool", "switch"):
         if not isinstance(value, bool):
             return "this flag takes no value: write true (or false to leave it off)"
@@ -271,7 +274,7 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def serve_args(recipe: dict, flag_kinds: dict[str, str]) -> list[str]:
+def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
     """The arguments after `vllm serve` for a checked recipe (the role adds --host and --port)."""
     args = [recipe["hf_repo"], "--revision", recipe["hf_revision"]]
     args += ["--served-model-name", recipe["served_model_name"]]
@@ -280,15 +283,17 @@ def serve_args(recipe: dict, flag_kinds: dict[str, str]) -> list[str]:
     if recipe["tensor_parallel_size"] > 1:
         args += ["--tensor-parallel-size", str(recipe["tensor_parallel_size"])]
     for name, value in recipe["serve_flags"].items():
-        kind = flag_kinds.get(name, "value")
+        spec = flag_specs[name]
+        kind = spec.kind
         if value is None:
             continue
         if value is True:
             args.append(f"--{name}")
         elif value is False:
-            # BooleanOptionalAction flags can be switched off explicitly; plain switches are off when absent.
+            # A bool flag is switched off by its own negative form (--no-X, or --disable-X for vLLM's --enable-X);
+            # plain switches are off when absent.
             if kind == "bool":
-                args.append(f"--no-{name}")
+                args.append(spec.off or f"--no-{name}")
         elif isinstance(value, list) and kind == "many":
             args += [f"--{name}", *(_text(item) for item in value)]
         else:

@@ -9,11 +9,11 @@ import sys
 import pytest
 import yaml
 from conftest import ROOT, run_ansible_module
+from vllm_flags import load_flag_list
 from vllm_recipe import (
     RecipeError,
     apply_overrides,
     flag_problems,
-    load_flag_kinds,
     load_recipe,
     recipe_names,
     schema_problems,
@@ -22,7 +22,7 @@ from vllm_recipe import (
 
 RECIPES_DIR = ROOT / "recipes"
 FLAGS_FILE = RECIPES_DIR / "vllm-serve-flags.txt"
-FLAG_KINDS = load_flag_kinds(FLAGS_FILE)
+FLAG_KINDS = load_flag_list(FLAGS_FILE)
 RECIPES = recipe_names(RECIPES_DIR)
 
 # The stand-in vLLM parses a command line the way vLLM's FlexibleArgumentParser does.
@@ -97,11 +97,36 @@ def test_nemotron_carries_the_seed_configuration():
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.85"
 
 
-def test_the_flag_list_names_its_source_and_version():
-    header = FLAGS_FILE.read_text(encoding="utf-8").split("\n\n", 1)[0]
-    assert "Source:" in header
-    assert "Version:" in header
+def test_the_flag_list_names_the_release_it_was_generated_from():
+    header = FLAGS_FILE.read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("# Generated from vLLM 0.33.0 (PyPI wheel")
     assert {"max-num-seqs", "reasoning-parser", "enable-prefix-caching"} <= set(FLAG_KINDS)
+
+
+def test_the_flag_list_is_current_with_vllm_0_33():
+    # Flags of 0.33.0 that the old hand-kept list lacked, and flags that 0.33.0 no longer has.
+    assert {"max-num-scheduled-tokens", "safetensors-prefetch-num-threads", "enable-per-request-metrics"} <= set(
+        FLAG_KINDS
+    )
+    gone = {"calculate-kv-scales", "max-num-partial-prefills", "max-long-partial-prefills", "override-attention-dtype"}
+    assert not gone & set(FLAG_KINDS)
+    problems = flag_problems(apply_overrides(base(), {"serve_flags": {"calculate-kv-scales": True}}), FLAG_KINDS)
+    assert problems and "--calculate-kv-scales is not a flag" in problems[0]
+
+
+@pytest.mark.parametrize("dtype", ["half", "fp16", "float32"])
+def test_a_kv_cache_dtype_that_vllm_does_not_have_is_refused(dtype):
+    # vLLM's CacheDType (the --kv-cache-dtype choices of 0.33.0) has no "half": the server would die at start.
+    problems = flag_problems(apply_overrides(base(), {"kv_cache_dtype": dtype}), FLAG_KINDS, "vllm_server_models[0]")
+    assert len(problems) == 1
+    assert problems[0].startswith(f"vllm_server_models[0].kv_cache_dtype={dtype!r}: the pinned vLLM accepts one of")
+    assert "fp8" in problems[0]
+
+
+def test_a_choice_flag_takes_only_its_choices():
+    bad = apply_overrides(base(), {"serve_flags": {"moe-backend": "marlinn"}})
+    [problem] = flag_problems(bad, FLAG_KINDS, "label")
+    assert "expected one of" in problem and "marlin" in problem
 
 
 # --- the logic ---------------------------------------------------------------------------------------------
@@ -167,7 +192,7 @@ def test_nemotron_carries_the_published_evaluation():
         ({"hf_revision": "main"}, "label.hf_revision='main': expected a pinned commit"),
         ({"gpu_memory_utilization": 85}, "label.gpu_memory_utilization=85: expected a fraction"),
         ({"max_model_len": "128k"}, "label.max_model_len='128k'"),
-        ({"kv_cache_dtype": "int4"}, "label.kv_cache_dtype='int4': expected one of auto"),
+        ({"kv_cache_dtype": 8}, "label.kv_cache_dtype=8: expected a KV-cache dtype"),
         ({"image": "vllm:latest tag"}, "label.image="),
         ({"architecture": {"active_params_b": 9}}, "active_params_b=9 is more than total_params_b=0.75"),
         ({"architecture": {"kv_heads": 0}}, "label.architecture.kv_heads=0: expected a positive integer"),
@@ -208,7 +233,9 @@ def test_false_turns_a_boolean_flag_off_and_json_flags_render_as_json():
         base(), {"serve_flags": {"enable-prefix-caching": False, "speculative-config": {"method": "mtp"}}}
     )
     args = serve_args(data, FLAG_KINDS)
-    assert "--no-enable-prefix-caching" in args
+    # vLLM 0.33.0 pairs --enable-X with --disable-X (EnableDisableAction); --no-enable-X is only a hidden alias.
+    assert "--disable-prefix-caching" in args
+    assert "--no-enable-prefix-caching" not in args
     assert args[args.index("--speculative-config") + 1] == json.dumps({"method": "mtp"}, separators=(",", ":"))
 
 

@@ -366,7 +366,7 @@ def test_a_reasoning_model_can_spend_a_short_budget_thinking(thinker: Server) ->
 
 
 def test_a_reasoning_model_answers_after_thinking(thinker: Server) -> None:
-    status, raw = chat(thinker, 1000)
+    _, raw = chat(thinker, 1000)
     result = json.loads(raw)
     [choice] = result["choices"]
     assert choice["finish_reason"] == "stop"
@@ -376,7 +376,7 @@ def test_a_reasoning_model_answers_after_thinking(thinker: Server) -> None:
 
 
 def test_a_reasoning_stream_sends_reasoning_deltas_before_content(thinker: Server) -> None:
-    status, raw = chat(thinker, 100, stream=True)
+    _, raw = chat(thinker, 100, stream=True)
     deltas = [json.loads(event)["choices"][0]["delta"] for event in sse_events(raw)[1:-1]]
     assert [next(iter(delta)) for delta in deltas] == ["reasoning"] * 96 + ["content"] * 4
 

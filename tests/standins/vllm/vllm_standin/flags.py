@@ -3,13 +3,17 @@
 Real vLLM uses `FlexibleArgumentParser` (an argparse subclass, vllm/utils/argparse_utils.py). What matters to a
 test bench is which command lines it accepts and which it refuses, so this module reproduces exactly that:
 
-* the flag set comes from recipes/vllm-serve-flags.txt (copied from vLLM's parser code), never from here;
+* the flag set comes from recipes/vllm-serve-flags.txt (generated from the real release's help by
+  tests/contracts/vllm/regenerate.py), never from here;
 * ``--flag_name`` equals ``--flag-name``, ``--flag=value`` works, ``-O3`` means ``--optimization-level 3``;
-* boolean flags accept ``--no-FLAG`` only where vLLM registers them with ``BooleanOptionalAction``;
+* boolean flags are turned off by their listed negative form (``--no-X``, or ``--disable-X`` for vLLM's
+  ``--enable-X``, with ``--no-enable-X`` still accepted as vLLM's hidden alias), only where vLLM registers them
+  with ``BooleanOptionalAction``;
+* a value outside a flag's choices ends like argparse: ``argument --kv-cache-dtype: invalid choice: ...``;
 * anything else ends like argparse ends: usage plus ``error: unrecognized arguments: ...`` on stderr, exit 2.
 
-It does not reproduce argparse's help layout or value validation beyond what the stand-in itself needs
-(config.py converts and checks the values it uses).
+``--help=all`` prints the real release's recorded help (tests/contracts/vllm/serve-help-all.txt) where it is
+found. Value validation beyond choices is left to what the stand-in itself needs (config.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FLAGS_FILE_NAME = "vllm-serve-flags.txt"
+HELP_FILE_NAME = "serve-help-all.txt"  # tests/contracts/vllm/: the release's recorded `vllm serve --help=all`
 FLAGS_FILE_ENV = "VLLM_STANDIN_FLAGS_FILE"
 
 # Kinds used in the flag file; see its header for what each one means.
@@ -47,6 +52,8 @@ class FlagSpec:
     name: str
     kind: str
     aliases: tuple[str, ...] = ()
+    off: str = ""  # the negative form of a bool flag (--no-X, or --disable-X)
+    choices: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
@@ -71,7 +78,9 @@ class FlagTable:
         for alias in spec.aliases:
             self.options[alias] = (spec, False)
         if spec.kind == "bool":
-            self.options["--no-" + spec.name[2:]] = (spec, True)
+            # vLLM's EnableDisableAction keeps --no-enable-X as a hidden alias of --disable-X.
+            for negative in {spec.off or "--no-" + spec.name[2:], "--no-" + spec.name[2:]}:
+                self.options[negative] = (spec, True)
 
 
 @dataclass
@@ -105,7 +114,7 @@ def default_flags_file() -> Path:
 
 
 def load_flag_table(path: Path) -> FlagTable:
-    """Read the flag file (``FLAG KIND [ALIAS...]`` lines, ``#`` comments) into a FlagTable."""
+    """Read the flag file (``--NAME KIND [ALIAS ...] [off=--NEG] [choices=A,B]`` lines, ``#`` comments)."""
     table = FlagTable(source=path)
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
@@ -114,8 +123,17 @@ def load_flag_table(path: Path) -> FlagTable:
         parts = line.split()
         name, kind = parts[0], parts[1] if len(parts) > 1 else "value"
         if not name.startswith("--") or kind not in KINDS:
-            raise ValueError(f"{path}:{number}: expected 'FLAG KIND [ALIAS...]' with KIND in {sorted(KINDS)}: {raw!r}")
-        table.add(FlagSpec(name=name, kind=kind, aliases=tuple(parts[2:])))
+            raise ValueError(f"{path}:{number}: expected '--NAME KIND ...' with KIND in {sorted(KINDS)}: {raw!r}")
+        options = dict(part.split("=", 1) for part in parts[2:] if "=" in part and not part.startswith("-"))
+        table.add(
+            FlagSpec(
+                name=name,
+                kind=kind,
+                aliases=tuple(part for part in parts[2:] if part.startswith("-")),
+                off=options.get("off", ""),
+                choices=tuple(options["choices"].split(",")) if options.get("choices") else (),
+            )
+        )
     return table
 
 
@@ -218,6 +236,9 @@ def parse_serve_args(argv: list[str], table: FlagTable) -> ParsedArgs:
                     raise UsageError(f"argument {_display(spec)}: expected one argument")
                 inline_value = args[index]
                 index += 1
+            if spec.choices and not dot and inline_value not in spec.choices:
+                choices = ", ".join(f"'{choice}'" for choice in spec.choices)
+                raise UsageError(f"argument {_display(spec)}: invalid choice: '{inline_value}' (choose from {choices})")
             if dot:
                 # --speculative-config.method mtp  ->  {"method": "mtp"} merged into the flag's JSON value
                 nested = values.get(spec.dest)
@@ -239,7 +260,7 @@ def _display(spec: FlagSpec) -> str:
     """How argparse names an argument in errors: its option strings joined by '/'."""
     names = [spec.name, *spec.aliases]
     if spec.kind == "bool":
-        names.insert(1, "--no-" + spec.name[2:])
+        names.insert(1, spec.off or "--no-" + spec.name[2:])
     return "/".join(names)
 
 
@@ -260,8 +281,23 @@ def _set_dotted(target: dict[str, object], dotted_key: str, value: str) -> None:
         node[keys[-1]] = value
 
 
+def recorded_help(table: FlagTable) -> str | None:
+    """The real release's `vllm serve --help=all`, recorded beside the flag list (without its header), if any."""
+    candidates = [table.source.with_name(HELP_FILE_NAME)]
+    candidates.append(Path(__file__).resolve().parents[3] / "contracts" / "vllm" / HELP_FILE_NAME)
+    for candidate in candidates:
+        if candidate.is_file():
+            lines = candidate.read_text(encoding="utf-8").splitlines(keepends=True)
+            return "".join(line for line in lines if not line.startswith("# "))
+    return None
+
+
 def help_text(table: FlagTable, topic: str | None) -> str:
-    """A short help listing: every flag, or those matching ``--help=WORD``."""
+    """``--help=all``: the recorded real help where there is one; else a short listing of the matching flags."""
+    if topic == "all":
+        recorded = recorded_help(table)
+        if recorded is not None:
+            return recorded
     lines = [USAGE, "", "Stand-in vLLM: accepts the flags of real `vllm serve` (list: " + str(table.source) + ")."]
     needle = (topic or "").lower().replace("_", "-").lstrip("-")
     for spec in table.specs.values():
@@ -269,6 +305,6 @@ def help_text(table: FlagTable, topic: str | None) -> str:
             continue
         names = [spec.name, *spec.aliases]
         if spec.kind == "bool":
-            names.insert(1, "--no-" + spec.name[2:])
+            names.insert(1, spec.off or "--no-" + spec.name[2:])
         lines.append(f"  {', '.join(names)}  ({spec.kind})")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Regenerate the vLLM contract files from a real vLLM release: run with the python of a venv that has it.
+
+    python3 -m venv /tmp/vllm-venv && VLLM_TARGET_DEVICE=cpu /tmp/vllm-venv/bin/pip install vllm==0.33.0
+    /tmp/vllm-venv/bin/python tests/contracts/vllm/regenerate.py 0.33.0
+
+(about 6 GB, outside the repository; `bash tests/contracts/vllm/regenerate.sh 0.33.0` does both steps). vLLM's
+PyPI wheel imports and answers `--help` on a CPU-only machine with VLLM_TARGET_DEVICE=cpu; nothing is served.
+It writes, each with the release in its header:
+  recipes/vllm-serve-flags.txt              the flags of `vllm serve` (preflight checks every recipe flag on it)
+  tests/contracts/vllm/serve-help-all.txt   `vllm serve --help=all` as printed (the stand-in vLLM prints it)
+  tests/contracts/vllm/openai-schemas.json  JSON schemas of the responses sparkfleet reads, from vLLM's pydantic
+  tests/contracts/vllm/metrics.json         every Prometheus metric vLLM defines, with its type and file
+The flag list is read from the help text by module_utils/vllm_flags.py, the same reader the Spark runs on the
+pinned image's own help; this script then checks that reading against the parser's own actions, so a help
+format the reader gets wrong fails here instead of in a user's preflight. CI never installs vLLM: the
+committed files are the contract the tests check the stand-in and the dashboards against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "module_utils"))
+from vllm_flags import parse_serve_help, render_flag_list  # noqa: E402 -- importable once module_utils is on the path
+
+# The responses sparkfleet and its tests read, by the name the contract gives them.
+SCHEMAS = {
+    "chat_completion": "vllm.entrypoints.openai.chat_completion.protocol:ChatCompletionResponse",
+    "chat_completion_chunk": "vllm.entrypoints.openai.chat_completion.protocol:ChatCompletionStreamResponse",
+    "completion": "vllm.entrypoints.openai.completion.protocol:CompletionResponse",
+    "completion_chunk": "vllm.entrypoints.openai.completion.protocol:CompletionStreamResponse",
+    "models": "vllm.entrypoints.serve.engine.protocol:ModelList",
+    "error": "vllm.entrypoints.serve.engine.protocol:ErrorResponse",
+    "tokenize": "vllm.entrypoints.serve.tokenize.protocol:TokenizeResponse",
+}
+METRIC_KINDS = {"gauge": "gauge", "counter": "counter", "histogram": "histogram"}
+
+
+def header(version: str, what: str) -> str:
+    return (
+        f"# Generated from vLLM {version} (PyPI wheel, VLLM_TARGET_DEVICE=cpu) by tests/contracts/vllm/regenerate.py:"
+        f" {what}.\n# Do not edit by hand: run the script again for another release.\n"
+    )
+
+
+def serve_help(env: dict[str, str]) -> str:
+    """`vllm serve --help=all` of the installed release, at a fixed width so the file is the same every time."""
+    vllm = Path(sys.executable).with_name("vllm")
+    done = subprocess.run(
+        [str(vllm), "serve", "--help=all"], env=env, capture_output=True, text=True, check=True, timeout=600
+    )
+    return done.stdout
+
+
+def parser_truth() -> dict[str, dict]:
+    """Each long flag of the real parser: its kind as argparse sees it, and its choices."""
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    truth = {}
+    for action in parser._actions:
+        longs = [option for option in action.option_strings if option.startswith("--")]
+        if not longs or longs[0] == "--help":
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):
+            kind = "bool"
+        elif action.nargs == 0:
+            kind = "switch"
+        elif action.nargs in ("+", "*"):
+            kind = "many"
+        elif action.nargs == "?":
+            kind = "optional"
+        else:
+            kind = "value"
+        truth[longs[0][2:]] = {"kind": kind, "choices": tuple(str(c) for c in action.choices or ())}
+    return truth
+
+
+def check_against_parser(flags: dict, truth: dict) -> list[str]:
+    """Where the help reader and the parser disagree (json is a value to argparse)."""
+    problems = [f"--{name}: in the parser, not read from the help" for name in sorted(set(truth) - set(flags))]
+    problems += [f"--{name}: read from the help, not in the parser" for name in sorted(set(flags) - set(truth))]
+    for name in sorted(set(flags) & set(truth)):
+        read = "value" if flags[name].kind == "json" else flags[name].kind
+        if read != truth[name]["kind"]:
+            problems.append(f"--{name}: read as {flags[name].kind}, the parser has {truth[name]['kind']}")
+        if truth[name]["choices"] and tuple(flags[name].choices) != truth[name]["choices"]:
+            problems.append(f"--{name}: choices read {flags[name].choices}, the parser has {truth[name]['choices']}")
+    return problems
+
+
+def schemas() -> dict[str, dict]:
+    import importlib
+
+    out = {}
+    for key, target in SCHEMAS.items():
+        module, _, name = target.partition(":")
+        model = getattr(importlib.import_module(module), name)
+        out[key] = {"model": target, "schema": model.model_json_schema(mode="serialization")}
+    return out
+
+
+def metric_kind(call: ast.Call) -> str | None:
+    """gauge/counter/histogram from calls like self._gauge_cls(...), prometheus_client.Counter(...)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return next((kind for word, kind in METRIC_KINDS.items() if word in name.lower()), None)
+
+
+def metrics() -> dict[str, dict]:
+    """Every metric named with a literal "vllm:..." in the package's source, its kind, help and file."""
+    import vllm
+
+    package = Path(vllm.__file__).parent
+    found: dict[str, dict] = {}
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if '"vllm:' not in text:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call):
+                continue
+            keywords = {kw.arg: kw.value for kw in node.keywords}
+            name = keywords.get("name")
+            if not (isinstance(name, ast.Constant) and str(name.value).startswith("vllm:")):
+                continue
+            kind = metric_kind(node)
+            if kind is None:
+                continue
+            documentation = keywords.get("documentation")
+            found[name.value] = {
+                "type": kind,
+                "documentation": documentation.value if isinstance(documentation, ast.Constant) else None,
+                "file": str(path.relative_to(package.parent)),
+            }
+    return dict(sorted(found.items()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("version", help="the vLLM release installed in this python's venv, e.g. 0.33.0")
+    args = parser.parse_args()
+    import vllm
+
+    if vllm.__version__ != args.version:
+        sys.exit(f"this venv has vLLM {vllm.__version__}, not {args.version}: install vllm=={args.version} first")
+    env = os.environ | {"VLLM_TARGET_DEVICE": "cpu", "COLUMNS": "80", "NO_COLOR": "1"}
+    os.environ.update(env)
+    help_text = serve_help(env)
+    flags = parse_serve_help(help_text)
+    problems = check_against_parser(flags, parser_truth())
+    if problems:
+        sys.exit("the help reader disagrees with vLLM's parser:\n  " + "\n  ".join(problems))
+
+    (HERE / "serve-help-all.txt").write_text(header(args.version, "`vllm serve --help=all`") + help_text)
+    flag_list = (
+        header(args.version, f"the {len(flags)} flags of `vllm serve`") + FLAG_LIST_NOTE + render_flag_list(flags)
+    )
+    (ROOT / "recipes" / "vllm-serve-flags.txt").write_text(flag_list)
+    for name, body in (("openai-schemas.json", schemas()), ("metrics.json", metrics())):
+        document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", name[:-5]: body}
+        (HERE / name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(metrics())} metrics")
+    return 0
+
+
+FLAG_LIST_NOTE = """#
+# Every flag of every recipe and inventory override is checked against this list in preflight
+# (module_utils/vllm_recipe.py), and again on the Spark against the pinned image's own `vllm serve --help=all`
+# (library/vllm_image_flags.py). Format (module_utils/vllm_flags.py): --NAME KIND [ALIAS ...] [off=--NEGATIVE]
+# [choices=A,B,...]; KIND: value, many (one or more values), json (a JSON value or --NAME.key VALUE), bool (no
+# value; off= turns it off), switch (no value, no off form), optional (the value may be omitted).
+# FlexibleArgumentParser also takes --flag_name for --flag-name, --flag=value, and -O3 for --optimization-level 3.
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())
