@@ -167,10 +167,11 @@ def main() -> int:
         header(args.version, f"the {len(flags)} flags of `vllm serve`") + FLAG_LIST_NOTE + render_flag_list(flags)
     )
     (ROOT / "recipes" / "vllm-serve-flags.txt").write_text(flag_list)
-    for name, body in (("openai-schemas.json", schemas()), ("metrics.json", metrics())):
-        document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", name[:-5]: body}
-        (HERE / name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(metrics())} metrics")
+    found = metrics()
+    for file_name, key, body in (("openai-schemas.json", "schemas", schemas()), ("metrics.json", "metrics", found)):
+        document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", key: body}
+        (HERE / file_name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
+    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(found)} metrics")
     return 0
 
 
