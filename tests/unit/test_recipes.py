@@ -284,3 +284,20 @@ def test_the_module_fails_naming_every_problem_and_the_label():
     assert len(result["problems"]) == 2
     assert "vllm_server_models[1].max_model_len='long'" in result["msg"]
     assert "vllm_server_models[1].serve_flags.tool-parser" in result["msg"]
+
+
+# The NVIDIA playbook command the Qwen3.6 recipe cites; each flag is either in the recipe or named in its head
+# comment under "Not followed" with the reason.
+QWEN36_PLAYBOOK_FLAGS = {
+    "trust-remote-code", "attention-backend", "moe-backend", "max-num-batched-tokens", "enable-chunked-prefill",
+    "async-scheduling", "speculative-config", "enable-prefix-caching", "load-format", "reasoning-parser",
+    "tool-call-parser", "enable-auto-tool-choice",
+}  # fmt: skip
+
+
+def test_qwen36_follows_its_playbook_or_says_why_not_per_flag():
+    text = (RECIPES_DIR / "qwen3.6-35b-a3b-nvfp4.yml").read_text(encoding="utf-8")
+    not_followed = text.split("# Not followed:", 1)[1].split("\nname:", 1)[0]
+    flags = set(recipe("qwen3.6-35b-a3b-nvfp4")["serve_flags"])
+    for flag in QWEN36_PLAYBOOK_FLAGS:
+        assert flag in flags or f"--{flag}" in not_followed, f"--{flag}: neither followed nor explained"
