@@ -1,0 +1,109 @@
+"""library/vllm_image_flags.py in-process (ansible-core's own pattern: set the module's args, call main(), catch the
+exit JSON), with Docker's answers replaced by the help vLLM 0.33.0 really printed (tests/contracts/vllm/)."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+from contextlib import redirect_stdout
+
+import ansible.module_utils
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from conftest import ROOT
+
+# Our module_utils/ as part of ansible.module_utils, as Ansible's module loader makes it for a module it runs.
+ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
+HELP_0_33 = (ROOT / "tests" / "contracts" / "vllm" / "serve-help-all.txt").read_text(encoding="utf-8")
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("vllm_image_flags", ROOT / "library" / "vllm_image_flags.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeDocker:
+    """Answers `docker image inspect` and `docker run ... vllm serve --help=all`, and counts the runs."""
+
+    def __init__(self, help_text: str = HELP_0_33, run_rc: int = 0) -> None:
+        self.help_text, self.run_rc, self.runs = help_text, run_rc, []
+
+    def __call__(self, argv: list[str]) -> tuple[int, str, str]:
+        if argv[1:3] == ["image", "inspect"]:
+            return 0, IMAGE_ID + "\n", ""
+        self.runs.append(argv)
+        return self.run_rc, self.help_text if self.run_rc == 0 else "", "" if self.run_rc == 0 else "boom"
+
+
+def run(monkeypatch, args: dict, docker: FakeDocker, check: bool = False) -> dict:
+    module = load_module()
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda _self, argv, **_kwargs: docker(argv))
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda _self, _name, required=False: "/usr/bin/docker")
+    out = io.StringIO()
+    with patch_module_args(args | {"_ansible_check_mode": check}), redirect_stdout(out), pytest.raises(SystemExit):
+        module.main()
+    return json.loads(out.getvalue())
+
+
+def recipe(**flags) -> dict:
+    return {"gpu_memory_utilization": 0.5, "max_model_len": 4096, "max_num_seqs": 4, "kv_cache_dtype": "auto",
+            "serve_flags": flags}  # fmt: skip
+
+
+def args(tmp_path, *recipes: dict) -> dict:
+    models = [{"label": f"vllm_server_models[{index}]", "recipe": item} for index, item in enumerate(recipes)]
+    return {"image": "vllm/vllm-openai:cu130-nightly", "cache_dir": str(tmp_path / "cache"), "models": models}
+
+
+def test_reads_the_images_help_once_and_caches_it(monkeypatch, tmp_path):
+    docker = FakeDocker()
+    first = run(monkeypatch, args(tmp_path, recipe(**{"reasoning-parser": "qwen3"})), docker)
+    assert first["changed"] is True and first["problems"] == [] and first["flags"] == 320
+    assert docker.runs[0][-4:] == ["vllm", IMAGE_ID, "serve", "--help=all"]
+    assert "--gpus" in docker.runs[0]
+    second = run(monkeypatch, args(tmp_path, recipe()), docker)
+    assert second["changed"] is False
+    assert len(docker.runs) == 1  # the second run read the cache, keyed by the image ID
+    assert (tmp_path / "cache" / ("sha256-" + "ab" * 32 + ".help.txt")).read_text() == HELP_0_33
+
+
+def test_a_flag_the_image_lacks_fails_with_did_you_mean(monkeypatch, tmp_path):
+    result = run(monkeypatch, args(tmp_path, recipe(), recipe(**{"max-num-batched-token": 8192})), FakeDocker())
+    assert result["failed"]
+    assert result["problems"] == [
+        "vllm_server_models[1].serve_flags.max-num-batched-token: --max-num-batched-token is not a flag of "
+        "`vllm serve` in the pinned image's vLLM (sha256:abababababab); did you mean 'max-num-batched-tokens'?"
+    ]
+
+
+def test_an_older_image_refuses_a_flag_the_committed_list_has(monkeypatch, tmp_path):
+    # An image whose vLLM predates --max-num-scheduled-tokens: the image, not the committed list, decides.
+    older = "\n".join(line for line in HELP_0_33.splitlines() if "--max-num-scheduled-tokens" not in line)
+    result = run(monkeypatch, args(tmp_path, recipe(**{"max-num-scheduled-tokens": 4096})), FakeDocker(older))
+    assert result["failed"]
+    assert "--max-num-scheduled-tokens is not a flag of `vllm serve` in the pinned image" in result["msg"]
+
+
+def test_a_kv_cache_dtype_outside_the_images_choices_fails(monkeypatch, tmp_path):
+    result = run(monkeypatch, args(tmp_path, recipe() | {"kv_cache_dtype": "half"}), FakeDocker())
+    assert result["failed"]
+    assert "vllm_server_models[0].kv_cache_dtype='half'" in result["msg"]
+
+
+def test_check_mode_runs_no_container(monkeypatch, tmp_path):
+    docker = FakeDocker()
+    result = run(monkeypatch, args(tmp_path, recipe()), docker, check=True)
+    assert result["changed"] is True and result["flags"] == 0
+    assert docker.runs == []
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failing_help_run_fails_and_caches_nothing(monkeypatch, tmp_path):
+    result = run(monkeypatch, args(tmp_path, recipe()), FakeDocker(run_rc=1))
+    assert result["failed"] and "exit 1" in result["msg"]
+    assert not (tmp_path / "cache").exists()
