@@ -14,7 +14,10 @@ description:
     as the preflight check.
   - Fails listing every problem before any unit is written, so a flag the image's vLLM lacks stops the run
     instead of a unit that dies after a long weight load.
-  - In check mode an image whose help is not cached yet is not run; the answer says so.
+  - For a model with the harmony reasoning parser (gpt-oss, C(openai_gptoss)), also checks that the image loads the
+    harmony vocabulary (C(o200k_base.tiktoken)) with no network. vLLM images with C(oss-harmony) carry it; older
+    ones download it at every start (vllm#22525), which fails on an air-gapped Spark. Cached per image ID too.
+  - In check mode an image whose answers are not cached yet is not run; the answer says so.
 version_added: "0.2.0"
 author: sparkfleet
 options:
@@ -67,6 +70,10 @@ flags:
   description: How many flags the image's C(vllm serve) has (0 when check mode could not read them).
   returned: always
   type: int
+harmony_offline:
+  description: Whether the image loads the harmony vocabulary offline; null when no model needs it (or check mode).
+  returned: always
+  type: bool
 problems:
   description: Every problem found; empty on success.
   returned: always
@@ -87,6 +94,30 @@ from ansible.module_utils.vllm_recipe import flag_problems
 def cache_file(cache_dir: str, image_id: str) -> Path:
     """Where the help of one image ID is kept: sha256:abc… -> sha256-abc….help.txt."""
     return Path(cache_dir) / (re.sub(r"[^A-Za-z0-9_.-]", "-", image_id) + ".help.txt")
+
+
+# The harmony parser's tokenizer, loaded in the image with no network, the way vLLM loads it for gpt-oss
+# (vllm/entrypoints/openai/parser/harmony_utils.py).
+HARMONY_PROBE = (
+    "from openai_harmony import HarmonyEncodingName, load_harmony_encoding; "
+    "load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)"
+)
+HARMONY_PARSER = "openai_gptoss"
+HARMONY_FIX = (
+    "its openai_harmony downloads o200k_base.tiktoken at every start (vllm-project/vllm#22525), which an air-gapped "
+    "Spark cannot: pin an image whose vLLM carries oss-harmony (vLLM 0.33.0 does), or put o200k_base.tiktoken "
+    "(sha256 446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d) in "
+    "<vllm_server_data_dir>/huggingface/tiktoken/ and set env: {TIKTOKEN_ENCODINGS_BASE: "
+    "/root/.cache/huggingface/tiktoken} in the model's vllm_server_models entry (that folder is mounted there)"
+)
+
+
+def needs_harmony(recipe: dict) -> bool:
+    """A model whose chat goes through the harmony tokenizer (gpt-oss), unless the user points it at local files."""
+    flags = recipe.get("serve_flags") or {}
+    return flags.get("reasoning-parser") == HARMONY_PARSER and "TIKTOKEN_ENCODINGS_BASE" not in (
+        recipe.get("env") or {}
+    )
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -120,7 +151,9 @@ def main() -> None:
     if help_file.is_file():
         help_text = help_file.read_text(encoding="utf-8")
     elif module.check_mode:
-        module.exit_json(changed=True, image_id=image_id, help_file=str(help_file), flags=0, problems=[])
+        module.exit_json(
+            changed=True, image_id=image_id, help_file=str(help_file), flags=0, harmony_offline=None, problems=[]
+        )
     else:
         argv = [docker, "run", "--rm", "--pull", "never", *params["docker_args"], "--entrypoint", "vllm"]
         rc, help_text, err = module.run_command([*argv, image_id, "serve", "--help=all"])
@@ -138,9 +171,27 @@ def main() -> None:
         for model in params["models"]
         for problem in flag_problems(model["recipe"], specs, model["label"], source)
     ]
+    harmony_offline = None
+    harmony_labels = [model["label"] for model in params["models"] if needs_harmony(model["recipe"])]
+    if harmony_labels:
+        marker = help_file.with_name(help_file.name.replace(".help.txt", ".harmony-offline"))
+        if marker.is_file():
+            harmony_offline = marker.read_text(encoding="utf-8").strip() == "yes"
+        elif not module.check_mode:
+            argv = [docker, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
+            rc, _, _ = module.run_command([*argv, image_id, "-c", HARMONY_PROBE])
+            harmony_offline = rc == 0
+            write_atomically(marker, "yes\n" if harmony_offline else "no\n")
+            changed = True
+        if harmony_offline is False:
+            problems += [
+                f"{label}: the image {image_id[:19]} cannot start gpt-oss offline: {HARMONY_FIX}"
+                for label in harmony_labels
+            ]
+    result = {"image_id": image_id, "flags": len(specs), "harmony_offline": harmony_offline}
     if problems:
-        module.fail_json(msg="; ".join(problems), problems=problems, image_id=image_id, flags=len(specs))
-    module.exit_json(changed=changed, image_id=image_id, help_file=str(help_file), flags=len(specs), problems=[])
+        module.fail_json(msg="; ".join(problems), problems=problems, **result)
+    module.exit_json(changed=changed, help_file=str(help_file), problems=[], **result)
 
 
 if __name__ == "__main__":

@@ -30,12 +30,15 @@ def load_module():
 class FakeDocker:
     """Answers `docker image inspect` and `docker run ... vllm serve --help=all`, and counts the runs."""
 
-    def __init__(self, help_text: str = HELP_0_33, run_rc: int = 0) -> None:
-        self.help_text, self.run_rc, self.runs = help_text, run_rc, []
+    def __init__(self, help_text: str = HELP_0_33, run_rc: int = 0, harmony_offline: bool = True) -> None:
+        self.help_text, self.run_rc, self.harmony_offline, self.runs = help_text, run_rc, harmony_offline, []
 
     def __call__(self, argv: list[str]) -> tuple[int, str, str]:
         if argv[1:3] == ["image", "inspect"]:
             return 0, IMAGE_ID + "\n", ""
+        if "python3" in argv:  # the harmony probe, run with --network none
+            self.runs.append(argv)
+            return (0, "", "") if self.harmony_offline else (1, "", "HarmonyError: error downloading vocab")
         self.runs.append(argv)
         return self.run_rc, self.help_text if self.run_rc == 0 else "", "" if self.run_rc == 0 else "boom"
 
@@ -107,3 +110,31 @@ def test_a_failing_help_run_fails_and_caches_nothing(monkeypatch, tmp_path):
     result = run(monkeypatch, args(tmp_path, recipe()), FakeDocker(run_rc=1))
     assert result["failed"] and "exit 1" in result["msg"]
     assert not (tmp_path / "cache").exists()
+
+
+GPT_OSS = recipe(**{"reasoning-parser": "openai_gptoss"})
+
+
+def test_gpt_oss_on_an_image_that_downloads_its_vocabulary_fails_with_the_fix(monkeypatch, tmp_path):
+    docker = FakeDocker(harmony_offline=False)
+    result = run(monkeypatch, args(tmp_path, recipe(), GPT_OSS), docker)
+    assert result["failed"] and result["harmony_offline"] is False
+    [problem] = result["problems"]
+    assert problem.startswith("vllm_server_models[1]: the image sha256:abababababab cannot start gpt-oss offline")
+    assert "TIKTOKEN_ENCODINGS_BASE" in problem and "446a9538" in problem
+    assert docker.runs[-1][5:7] == ["--network", "none"]
+
+
+def test_gpt_oss_on_an_image_that_carries_its_vocabulary_passes_and_is_probed_once(monkeypatch, tmp_path):
+    docker = FakeDocker()
+    assert run(monkeypatch, args(tmp_path, GPT_OSS), docker)["harmony_offline"] is True
+    assert run(monkeypatch, args(tmp_path, GPT_OSS), docker)["changed"] is False
+    assert len(docker.runs) == 2  # one help read, one harmony probe: both cached per image ID
+
+
+def test_local_vocabulary_files_or_other_models_need_no_probe(monkeypatch, tmp_path):
+    docker = FakeDocker(harmony_offline=False)
+    local = GPT_OSS | {"env": {"TIKTOKEN_ENCODINGS_BASE": "/etc/encodings"}}
+    result = run(monkeypatch, args(tmp_path, local, recipe()), docker)
+    assert result["problems"] == [] and result["harmony_offline"] is None
+    assert len(docker.runs) == 1
