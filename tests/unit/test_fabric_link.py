@@ -1,5 +1,6 @@
-"""The fabric_link module and its functions: a real veth link between two network namespaces of this machine
-stands in for the ConnectX-7 cable between two Sparks (the kernel reports 10000 Mb/s for veth)."""
+"""The fabric_link module, its functions and the spark_fabric role that uses it: two real veth links between two
+network namespaces of this machine stand in for the two halves of the ConnectX-7 port cabled between two Sparks
+(the kernel reports 10000 Mb/s for veth)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,24 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, ansible_tool
-from fabric_link_info import ipv4_addresses, link_problems, read_link
+from fabric_link_info import (
+    ipv4_addresses,
+    ipv4_prefixes,
+    link_problems,
+    mtu_advice,
+    ping_payload,
+    read_link,
+    shared_subnet_advice,
+)
 
 VETH_SPEED = 10000
+# The two halves of the port, each in a subnet of its own; namespace A holds .1, namespace B .2.
+SUBNETS = {"fab0": "10.78.0", "fab1": "10.79.0"}
+BOTH_HALVES = "interfaces=fab0,fab1"
+PEERS_OF_A = "peer_addresses=10.78.0.2,10.79.0.2"
+JSON_OUTPUT = {"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
 
 
 def sh(*argv: str) -> None:
@@ -23,7 +38,8 @@ def sh(*argv: str) -> None:
 
 @pytest.fixture(scope="module")
 def cable():
-    """Namespaces A and B joined by a veth pair at MTU 9000, 10.78.0.1 and 10.78.0.2 (removed afterwards)."""
+    """Namespaces A and B joined by two veth pairs at MTU 9000: fab0 (10.78.0.1 and .2) and fab1 (10.79.0.1 and .2),
+    removed afterwards. Tests that change a link put it back."""
     if shutil.which("ip") is None or shutil.which("ping") is None:
         pytest.fail("iproute2 and iputils-ping are needed (tests/run-all.sh installs them)")
     tag = uuid.uuid4().hex[:6]
@@ -31,10 +47,11 @@ def cable():
     sh("ip", "netns", "add", a)
     sh("ip", "netns", "add", b)
     try:
-        sh("ip", "link", "add", "fab0", "netns", a, "type", "veth", "peer", "name", "fab0", "netns", b)
-        for namespace, address in ((a, "10.78.0.1/24"), (b, "10.78.0.2/24")):
-            sh("ip", "-n", namespace, "link", "set", "fab0", "mtu", "9000", "up")
-            sh("ip", "-n", namespace, "address", "add", address, "dev", "fab0")
+        for half, subnet in SUBNETS.items():
+            sh("ip", "link", "add", half, "netns", a, "type", "veth", "peer", "name", half, "netns", b)
+            for namespace, host in ((a, 1), (b, 2)):
+                sh("ip", "-n", namespace, "link", "set", half, "mtu", "9000", "up")
+                sh("ip", "-n", namespace, "address", "add", f"{subnet}.{host}/24", "dev", half)
         yield a, b
     finally:
         for namespace in (a, b):
@@ -47,70 +64,229 @@ def run_in(namespace: str, args: str, check: bool = False) -> dict:
     argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-m", "fabric_link", "-a", args]
     if check:
         argv.append("--check")
-    env = {"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
-    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"
+    env = {**JSON_OUTPUT, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
-def test_a_fit_link_and_a_partner_that_answers_full_mtu_pings(cable):
+def test_both_halves_fit_and_the_partner_answers_on_each(cable):
     a, _ = cable
-    result = run_in(a, f"interface=fab0 speed_mbps={VETH_SPEED} peer_address=10.78.0.2", check=True)
-    assert result["problems"] == [] and result["peer_answers"] is True
-    assert result["addresses"] == ["10.78.0.1"]
-    assert result["link"]["mtu"] == 9000 and result["link"]["speed_mbps"] == VETH_SPEED
+    result = run_in(a, f"{BOTH_HALVES} speed_mbps={VETH_SPEED} {PEERS_OF_A}", check=True)
+    assert result["problems"] == [] and result["peer_answers"] == [True, True]
+    assert [link["interface"] for link in result["links"]] == ["fab0", "fab1"]
+    assert [link["addresses"] for link in result["links"]] == [["10.78.0.1"], ["10.79.0.1"]]
+    assert all(link["mtu"] == 9000 and link["speed_mbps"] == VETH_SPEED for link in result["links"])
+    assert result["rdma_devices"] == []  # veth: no RDMA, as in a container
+    assert not result.get("warnings")
     assert result["changed"] is False
+
+
+def test_a_second_half_that_is_down_is_named(cable):
+    a, _ = cable
+    sh("ip", "-n", a, "link", "set", "fab1", "down")
+    try:
+        result = run_in(a, f"{BOTH_HALVES} speed_mbps={VETH_SPEED} {PEERS_OF_A}")
+    finally:
+        sh("ip", "-n", a, "link", "set", "fab1", "up")
+    assert result["problems"] == [
+        "fab1 is down (carrier off): check the cable",
+        "fab1 reports no speed, expected 10000 Mb/s: reseat the QSFP cable or use a rated one",
+    ]
+    assert result["peer_answers"] is None  # no ping over a link that is already wrong
+
+
+def test_a_second_half_without_an_address_is_named(cable):
+    a, _ = cable
+    sh("ip", "-n", a, "address", "del", "10.79.0.1/24", "dev", "fab1")
+    try:
+        result = run_in(a, f"{BOTH_HALVES} speed_mbps={VETH_SPEED} {PEERS_OF_A}")
+    finally:
+        sh("ip", "-n", a, "address", "add", "10.79.0.1/24", "dev", "fab1")
+    assert result["links"][1]["addresses"] == []
+    assert result["problems"] == [
+        "fab1 has no IPv4 address: give it one on both Sparks, in a subnet of its own (NVIDIA's connect-two-sparks "
+        "netplan, step 3)"
+    ]
+
+
+def test_mtu_1500_is_a_warning_and_the_ping_uses_the_real_mtu(cable):
+    # NVIDIA's netplan sets no MTU: 1500 on both ends of a half works, and full 1500-byte packets must pass.
+    a, b = cable
+    for namespace in (a, b):
+        sh("ip", "-n", namespace, "link", "set", "fab1", "mtu", "1500")
+    try:
+        result = run_in(a, f"{BOTH_HALVES} speed_mbps={VETH_SPEED} {PEERS_OF_A}")
+    finally:
+        for namespace in (a, b):
+            sh("ip", "-n", namespace, "link", "set", "fab1", "mtu", "9000")
+    assert result["problems"] == [] and result["peer_answers"] == [True, True]
+    assert result["links"][1]["mtu"] == 1500
+    (warning,) = result["warnings"]
+    assert warning.startswith("fab1 has MTU 1500, below the recommended 9000 (spark_fabric_mtu): the pair works")
+    assert "Add `mtu: 9000` to both halves of the port in the netplan file on both Sparks" in warning
 
 
 def test_a_partner_behind_a_smaller_mtu_is_named(cable):
     a, b = cable
     sh("ip", "-n", b, "link", "set", "fab0", "mtu", "1500")
     try:
-        result = run_in(a, f"interface=fab0 speed_mbps={VETH_SPEED} peer_address=10.78.0.2 ping_count=1")
+        result = run_in(a, f"{BOTH_HALVES} speed_mbps={VETH_SPEED} {PEERS_OF_A} ping_count=1")
     finally:
         sh("ip", "-n", b, "link", "set", "fab0", "mtu", "9000")
-    assert result["peer_answers"] is False
-    assert "10.78.0.2 does not answer on fab0 with 9000-byte packets" in result["problems"][0]
+    assert result["peer_answers"] == [False, True]
+    (problem,) = result["problems"]
+    assert "the partner 10.78.0.2 does not answer on fab0 with 9000-byte packets that may not be fragmented" in problem
 
 
-def test_the_wrong_speed_mtu_or_interface_is_named(cable):
+def test_the_wrong_speed_or_interface_is_named(cable):
     a, _ = cable
-    result = run_in(a, "interface=fab0 mtu=1500 peer_address=10.78.0.2")
+    result = run_in(a, f"{BOTH_HALVES} {PEERS_OF_A}")
     assert result["problems"] == [
-        "fab0 reports 10000 Mb/s, expected 200000 Mb/s: reseat the QSFP cable or use a rated one",
-        "fab0 has MTU 9000, expected 1500: set it (netplan mtu) on both Sparks",
+        f"{half} reports 10000 Mb/s, expected 200000 Mb/s: reseat the QSFP cable or use a rated one"
+        for half in ("fab0", "fab1")
     ]
-    assert result["peer_answers"] is None  # no ping over a link that is already wrong
-    missing = run_in(a, "interface=enp1s0f1np1")
+    assert result["peer_answers"] is None
+    missing = run_in(a, "interfaces=fab0,enP2p1s0f1np1 speed_mbps=10000")
     assert missing["problems"] == [
-        "there is no network interface enp1s0f1np1 (ibdev2netdev lists the ConnectX-7 ports)"
+        "there is no network interface enP2p1s0f1np1 (ibdev2netdev lists the ConnectX-7 ports)"
     ]
 
 
-def test_a_link_that_is_down_has_no_speed(cable):
+def test_peer_addresses_must_pair_with_the_halves(cable):
     a, _ = cable
-    sh("ip", "-n", a, "link", "set", "fab0", "down")
-    try:
-        result = run_in(a, f"interface=fab0 speed_mbps={VETH_SPEED}")
-    finally:
-        sh("ip", "-n", a, "link", "set", "fab0", "up")
-    assert result["link"]["operstate"] == "down"
-    assert result["problems"][0].startswith("fab0 is down (carrier off): check the cable")
-    assert "fab0 reports no speed, expected 10000 Mb/s" in result["problems"][1]
+    result = run_in(a, f"{BOTH_HALVES} peer_addresses=10.78.0.2")
+    assert result["failed"] is True
+    assert "peer_addresses must give the partner's address on each of ['fab0', 'fab1']" in result["msg"]
 
 
-def test_read_link_finds_the_rdma_devices_behind_a_port(tmp_path: Path):
-    port = tmp_path / "enp1s0f1np1"
-    (port / "device" / "infiniband" / "rocep1s0f1").mkdir(parents=True)
-    for name, value in {"operstate": "up", "carrier": "1", "speed": "200000", "mtu": "9000"}.items():
-        (port / name).write_text(value + "\n")
-    link = read_link(tmp_path, "enp1s0f1np1")
-    assert link["rdma_devices"] == ["rocep1s0f1"]
-    assert link_problems(link, 200000, 9000, ["192.168.100.10"]) == []
-    assert link_problems(link, 200000, 9000, [])[0].startswith("enp1s0f1np1 has no IPv4 address")
+def test_read_link_finds_the_rdma_devices_behind_each_half(tmp_path: Path):
+    fake_sysfs(tmp_path, {"enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}, speed=200000, mtu=1500)
+    first, second = (read_link(tmp_path, name) for name in ("enp1s0f1np1", "enP2p1s0f1np1"))
+    assert first["rdma_devices"] == ["rocep1s0f1"] and second["rdma_devices"] == ["roceP2p1s0f1"]
+    assert link_problems(first, 200000, ["192.168.100.10"]) == []  # MTU 1500 is no problem
+    assert link_problems(second, 200000, [])[0].startswith("enP2p1s0f1np1 has no IPv4 address")
+    assert mtu_advice(first, 9000).startswith("enp1s0f1np1 has MTU 1500, below the recommended 9000")
+    assert mtu_advice(first, 1500) is None
+    assert mtu_advice(read_link(tmp_path, "absent0"), 9000) is None
 
 
-def test_ipv4_addresses_reads_ip_json():
+def test_ipv4_addresses_and_prefixes_read_ip_json():
     out = '[{"ifname":"fab0","addr_info":[{"family":"inet","local":"10.78.0.1","prefixlen":24}]}]'
     assert ipv4_addresses(out) == ["10.78.0.1"]
-    assert ipv4_addresses("[]") == []
+    assert ipv4_prefixes(out) == ["10.78.0.1/24"]
+    assert ipv4_addresses("[]") == [] and ipv4_prefixes("") == []
+
+
+def test_halves_in_one_subnet_are_warned_about():
+    assert shared_subnet_advice({"fab0": ["10.78.0.1/24"], "fab1": ["10.79.0.1/24"]}) == []
+    assert shared_subnet_advice({"fab0": ["10.78.0.1/24"], "fab1": ["10.78.0.7/24"]}) == [
+        "fab0 and fab1 both have addresses in 10.78.0.0/24: give each half of the port an address in a subnet of "
+        "its own (NVIDIA's connect-two-sparks netplan, step 3)"
+    ]
+    assert ping_payload(9000) == 8972 and ping_payload(1500) == 1472
+
+
+# The role on both "Sparks" at once: each host's modules run inside its namespace, through an interpreter wrapper.
+
+
+def fake_sysfs(root: Path, rdma_by_interface: dict[str, str], speed: int = VETH_SPEED, mtu: int = 9000) -> Path:
+    """A /sys/class/net with one up port per interface, each with its RDMA device behind it, as on a Spark."""
+    for interface, rdma in rdma_by_interface.items():
+        port = root / interface
+        (port / "device" / "infiniband" / rdma).mkdir(parents=True)
+        for name, value in {"operstate": "up", "carrier": "1", "speed": str(speed), "mtu": str(mtu)}.items():
+            (port / name).write_text(value + "\n", encoding="ascii")
+    return root
+
+
+def run_pair(tmp_path: Path, cable, rdma: bool = False, check: bool = False) -> tuple[int, dict]:
+    """The spark_fabric role on hosts sa and sb (pair pair_t, one per namespace) through ansible-playbook, then
+    spark_fabric_node shown; the play's exit status and its report."""
+    hosts = {}
+    for host, namespace in zip(("sa", "sb"), cable, strict=True):
+        wrapper = tmp_path / f"python-{host}"
+        inner = f'{sys.executable} "$@"'
+        if rdma:  # ConnectX-7 stand-ins: the same links, seen through a /sys/class/net that has RDMA devices
+            sysfs = fake_sysfs(tmp_path / f"sysfs-{host}", {"fab0": "rocep1s0f1", "fab1": "roceP2p1s0f1"})
+            mount = f'mount --bind {sysfs} /sys/class/net && exec {sys.executable} "$@"'
+            inner = f"unshare --mount --propagation private /bin/sh -c '{mount}' sh \"$@\""
+        wrapper.write_text(f"#!/bin/sh\nexec ip netns exec {namespace} {inner}\n", encoding="ascii")
+        wrapper.chmod(0o755)
+        hosts[host] = {"ansible_python_interpreter": str(wrapper)}
+    pair = {
+        "ansible_connection": "local",
+        "spark_fabric_pair_group": "pair_t",
+        "spark_fabric_interfaces": ["fab0", "fab1"],
+        "spark_fabric_speed_mbps": VETH_SPEED,
+    }
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"pair_t": {"hosts": hosts, "vars": pair}}}}))
+    playbook = tmp_path / "pair.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Pair",
+                    "hosts": "pair_t",
+                    "gather_facts": False,
+                    "roles": [{"role": "spark_fabric"}],
+                    "tasks": [{"name": "Show the pair", "ansible.builtin.debug": {"var": "spark_fabric_node"}}],
+                }
+            ]
+        )
+    )
+    argv = [ansible_tool("ansible-playbook"), "-i", str(inventory), str(playbook), *(["--check"] if check else [])]
+    env = {**JSON_OUTPUT, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, json.loads(done.stdout)
+
+
+def task_results(report: dict, name: str) -> dict:
+    tasks = report["plays"][0]["tasks"]
+    found = [task["hosts"] for task in tasks if task["task"]["name"] in (name, f"spark_fabric : {name}")]
+    assert len(found) == 1, f"{name!r} ran {len(found)} times; the play ran {[task['task']['name'] for task in tasks]}"
+    return found[0]
+
+
+def test_the_role_checks_both_halves_and_pins_sockets_to_the_first(tmp_path, cable):
+    # As in the molecule containers: no RDMA devices, so NCCL gets no NCCL_IB_HCA. Check mode changes nothing.
+    rc, report = run_pair(tmp_path, cable, check=True)
+    assert rc == 0, json.dumps(report)[-3000:]
+    nodes = {host: result["spark_fabric_node"] for host, result in task_results(report, "Show the pair").items()}
+    for host, number in (("sa", "1"), ("sb", "2")):
+        node = nodes[host]
+        assert node["interfaces"] == ["fab0", "fab1"] and node["interface"] == "fab0"
+        assert node["addresses"] == [f"10.78.0.{number}", f"10.79.0.{number}"]
+        assert node["rdma"] is False and node["hcas"] == []
+        env = node["env"]
+        assert env["VLLM_HOST_IP"] == f"10.78.0.{number}" and env["MASTER_ADDR"] == "10.78.0.1"
+        for variable in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES"):
+            assert env[variable] == "fab0", variable
+        assert "NCCL_IB_HCA" not in env
+    assert nodes["sa"]["rank"] == 0 and nodes["sb"]["rank"] == 1
+    pings = task_results(report, "Link | Ping the partner through each half with full-MTU packets")
+    assert pings["sa"]["peer_answers"] == [True, True] and pings["sb"]["peer_answers"] == [True, True]
+    assert all(stats["changed"] == 0 for stats in report["stats"].values())
+
+
+def test_nccl_gets_the_rdma_devices_of_both_halves(tmp_path, cable):
+    rc, report = run_pair(tmp_path, cable, rdma=True)
+    assert rc == 0, json.dumps(report)[-3000:]
+    for result in task_results(report, "Show the pair").values():
+        node = result["spark_fabric_node"]
+        assert node["rdma"] is True and node["hcas"] == ["rocep1s0f1", "roceP2p1s0f1"]
+        assert node["env"]["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+
+
+def test_the_ends_of_a_half_with_different_mtus_are_refused(tmp_path, cable):
+    _, b = cable
+    sh("ip", "-n", b, "link", "set", "fab1", "mtu", "1500")
+    try:
+        rc, report = run_pair(tmp_path, cable)
+    finally:
+        sh("ip", "-n", b, "link", "set", "fab1", "mtu", "9000")
+    assert rc != 0
+    refusals = task_results(report, "Link | Require the same MTU on both ends of each half")
+    said = json.dumps(refusals)
+    assert "sa (pair pair_t): fab1 has MTU 9000 here but 1500 on sb's fab1: give both ends of each half" in said
+    assert "sb (pair pair_t): fab1 has MTU 1500 here but 9000 on sa's fab1" in said

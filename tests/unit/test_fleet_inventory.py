@@ -84,8 +84,9 @@ def test_the_pairs_link_is_checked_on_each_spark(nvidia_smi_env):
     assert done.returncode != 0
     for host in ("spark-2", "spark-3"):
         assert (
-            f"{host}: the ConnectX-7 link of pair pair_a (spark_fabric_interface=enp1s0f1np1) is not fit: there is "
-            "no network interface enp1s0f1np1" in said(done)
+            f"{host}: the ConnectX-7 link of pair pair_a (spark_fabric_interfaces=enp1s0f1np1, enP2p1s0f1np1) is "
+            "not fit: there is no network interface enp1s0f1np1 (ibdev2netdev lists the ConnectX-7 ports); there "
+            "is no network interface enP2p1s0f1np1" in said(done)
         )
     assert "changed=0" in said(done) and "changed=1" not in said(done)
 
@@ -109,12 +110,56 @@ def test_a_pair_of_three_is_refused_by_name(nvidia_smi_env, broken_copy):
     )
 
 
-def test_ends_of_one_cable_with_different_mtus_are_refused(nvidia_smi_env, broken_copy):
+def test_ends_of_one_cable_with_different_ports_are_refused(nvidia_smi_env, broken_copy):
+    (broken_copy / "host_vars").mkdir()
+    (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_master_port: 29502\n", encoding="utf-8")
+    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+    assert done.returncode != 0
+    assert (
+        "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group and spark_fabric_master_port"
+        in (said(done))
+    )
+    assert "port 29501 / 29502" in said(done)
+
+
+def test_different_recommended_mtus_are_no_refusal(nvidia_smi_env, broken_copy):
+    # spark_fabric_mtu only decides when to advise jumbo frames; the MTUs the halves really have are compared once
+    # read (tests/unit/test_fabric_link.py). Here the pair goes on to the link check, which finds no port.
     (broken_copy / "host_vars").mkdir()
     (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_mtu: 1500\n", encoding="utf-8")
     done = preflight(nvidia_smi_env("gb10"), broken_copy)
+    assert "must have the same" not in said(done)
+    assert "spark-3: the ConnectX-7 link of pair pair_a" in said(done)
+
+
+@pytest.mark.parametrize(
+    ("fabric", "message"),
+    [
+        (
+            {"spark_fabric_interfaces": ["enp1s0f1np1"]},
+            "spark-2 (pair pair_a): spark_fabric_interfaces must name the two halves of the cabled ConnectX-7 port, "
+            "the first carrying the rendezvous (got ['enp1s0f1np1']).",
+        ),
+        (
+            {"spark_fabric_interfaces": ["enp1s0f1np1", "enp1s0f1np1"]},
+            "set spark_fabric_interfaces: [enp1s0f1np1, enP2p1s0f1np1] (`ibdev2netdev` lists the names) and give the "
+            "second half an address too, in a subnet of its own, on both Sparks",
+        ),
+        (
+            {"spark_fabric_interface": "enp1s0f1np1"},
+            "spark-2: spark_fabric_interface and spark_fabric_address (one interface) are replaced by the lists "
+            "spark_fabric_interfaces and spark_fabric_addresses",
+        ),
+        (
+            {"spark_fabric_addresses": ["192.168.100.10"]},
+            "spark_fabric_addresses must be empty or hold one distinct IPv4 address per interface of "
+            "spark_fabric_interfaces, in the same order (got ['192.168.100.10'] for ['enp1s0f1np1', 'enP2p1s0f1np1'])",
+        ),
+    ],
+    ids=["one-half", "one-half-twice", "old-variable", "addresses-short"],
+)
+def test_a_pair_without_both_halves_is_refused_before_the_link_is_read(nvidia_smi_env, fabric, message):
+    done = preflight(nvidia_smi_env("gb10"), EXAMPLE, "--limit", "pair_a", **fabric)
     assert done.returncode != 0
-    assert "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group, spark_fabric_mtu" in said(
-        done
-    )
-    assert "MTU 9000 / 1500" in said(done)
+    assert message in said(done)
+    assert "is not fit" not in said(done)  # refused by the inventory, before any host's link is read
