@@ -19,6 +19,10 @@ description:
     at once). O(i_accept_freeze_risk) turns the memory refusals (not the nonsense ones) into a warning.
   - With O(tensor_parallel_size) N in the recipe each of N Sparks holds 1/N of the weights and of the KV heads;
     every figure is per node.
+  - With O(models), plans every model of the host in one call. C(--gpu-memory-utilization) is per vLLM instance,
+    so the models' shares add up; besides each model's own plan, the sum of their utilizations must stay within
+    O(max_gpu_memory_utilization) and leave O(os_reserve_min_gib). A refusal names every model with its
+    utilization and says which value to lower to what.
   - Read-only; never reports a change.
 version_added: "0.1.0"
 author: sparkfleet
@@ -29,10 +33,37 @@ options:
       - The planner reads C(gpu_memory_utilization), C(max_model_len), C(max_num_seqs), C(kv_cache_dtype),
         C(tensor_parallel_size), C(env.VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(architecture.*) and
         C(measured.decode_tok_s).
+      - Exactly one of O(recipe) and O(models) is required.
     type: raw
-    required: true
+  models:
+    description:
+      - Every model this host serves, planned together; RV(results) holds their plans in the same order.
+      - The overrides O(gpu_memory_utilization), O(max_model_len), O(max_num_seqs) and O(kv_cache_dtype) of the
+        top level apply to O(recipe) only; give them per entry here.
+    type: list
+    elements: dict
+    suboptions:
+      recipe:
+        description: A recipe name or a mapping of recipe keys, as O(recipe).
+        type: raw
+        required: true
+      name:
+        description: Label for messages; default V(<name>[<index>]), e.g. V(vllm_server_models[1]).
+        type: str
+      gpu_memory_utilization:
+        description: Overrides the recipe's fraction of the shared memory pool.
+        type: float
+      max_model_len:
+        description: Overrides the recipe's longest context, in tokens.
+        type: int
+      max_num_seqs:
+        description: Overrides the recipe's number of concurrent sequences.
+        type: int
+      kv_cache_dtype:
+        description: Overrides the recipe's KV cache dtype.
+        type: str
   recipes_dir:
-    description: Directory of the recipe files; required when O(recipe) is a name.
+    description: Directory of the recipe files; required when a recipe is given by name.
     type: path
   gpu_memory_utilization:
     description: Overrides the recipe's fraction of the shared memory pool that vLLM may take.
@@ -59,9 +90,12 @@ options:
     type: float
     default: 8.0
   max_gpu_memory_utilization:
-    description: Highest gpu_memory_utilization allowed on a Spark.
+    description:
+      - Highest gpu_memory_utilization allowed on a Spark, for one model and for the sum of a host's models.
+      - The default, the top of the community's 0.80-0.87 guard, leaves 15.8 GiB of a Spark's 121.7 GiB to the
+        OS, Docker and vLLM's own host-side memory; vLLM starts only with utilization x total free (vllm#48140).
     type: float
-    default: 0.90
+    default: 0.87
   bandwidth_gb_s:
     description: Memory bandwidth in GB/s, for the decode-speed bound (a Spark's LPDDR5X gives 273).
     type: float
@@ -73,8 +107,10 @@ options:
     type: bool
     default: false
   name:
-    description: Label for messages, normally the inventory variable the recipe came from (e.g.
-      V(vllm_server_models[0])), so that refusals name what to change.
+    description:
+      - Label for messages, normally the inventory variable the recipe came from (e.g. V(vllm_server_models[0])),
+        so that refusals name what to change.
+      - With O(models), the variable that lists them (e.g. V(vllm_server_models)); entry i is labelled V(<name>[i]).
     type: str
     default: recipe
 attributes:
@@ -90,6 +126,17 @@ notes:
 """
 
 EXAMPLES = r"""
+- name: Plan every model of the host together (their shares of the pool add up)
+  vllm_memory_plan:
+    models:
+      - recipe: nemotron-3-super-120b-a12b-nvfp4
+      - recipe: qwen3.6-35b-a3b-nvfp4
+        max_model_len: 65536
+    recipes_dir: "{{ playbook_dir }}/../recipes"
+    name: vllm_server_models
+  register: memory_plans
+  # memory_plans.results[1].summary is the plan of vllm_server_models[1]
+
 - name: Plan the model's memory before (re)starting vLLM
   vllm_memory_plan:
     recipe: nemotron-3-super-120b-a12b-nvfp4
@@ -114,63 +161,78 @@ EXAMPLES = r"""
 
 RETURN = r"""
 fits:
-  description: Whether the flags fit the node's memory safely.
+  description: Whether the flags fit the node's memory safely (with O(models), every model and their sum).
   returned: always
   type: bool
   sample: true
 reasons:
-  description: Why the flags do not fit, each naming a variable and a value that would work; empty when they fit.
+  description:
+    - Why the flags do not fit, each naming a variable and a value that would work; empty when they fit.
+    - With O(models), every model's reasons, then the reason their sum does not fit.
   returned: always
   type: list
   elements: str
   sample: []
 summary:
-  description: One human line with the plan's figures.
+  description: One human line with the plan's figures (with O(models), the host's sum).
   returned: always
   type: str
+results:
+  description:
+    - One plan per entry of O(models), in their order, each with the keys returned for O(recipe) (RV(fits),
+      RV(reasons) and RV(summary) of that model alone) and its C(name).
+    - The shape a looped task registers, so C(register.results[i]) reads the plan of entry i.
+  returned: when O(models) is given
+  type: list
+  elements: dict
+gpu_memory_utilization_total:
+  description: The sum of the models' gpu_memory_utilization.
+  returned: when O(models) is given
+  type: float
+  sample: 0.85
 weights_gib:
   description: Weight memory on each node, in GiB.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 74.51
 kv_bytes_per_token:
   description: KV cache bytes per token on each node.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 8192
 kv_capacity_tokens:
   description: Tokens the KV cache holds on each node.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 3530123
 max_full_length_seqs:
   description: How many max_model_len sequences the KV cache holds at once.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 26
 os_reserve_gib:
-  description: Memory left outside vLLM's share, in GiB.
+  description: Memory left outside vLLM's share (with O(models), outside all of them), in GiB.
   returned: always
   type: float
   sample: 18.25
 decode_bound_tok_s:
   description: Upper bound on decode tokens/s for one sequence (bandwidth / active weight bytes per node).
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 40.4
 measured_decode_tok_s:
   description: The recipe's published decode tokens/s, or null.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 23.2
 pool_gib:
   description: vLLM's share of the node's memory (MemTotal x gpu_memory_utilization), in GiB.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 103.44
 kv_cache_gib:
   description: What is left of vLLM's share for the KV cache, in GiB.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 26.93
 memory_total_gib:
@@ -180,27 +242,27 @@ memory_total_gib:
   sample: 121.69
 tensor_parallel_size:
   description: Number of nodes that share the model.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 1
 gpu_memory_utilization:
   description: The utilization planned (the recipe's, or its override).
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 0.85
 max_model_len:
   description: The context length planned.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 131072
 max_num_seqs:
   description: The concurrency planned.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 4
 kv_cache_dtype:
   description: The KV cache dtype planned, as vLLM's flag takes it.
-  returned: always
+  returned: when O(recipe) is given (per model in RV(results))
   type: str
   sample: auto
 """
@@ -208,11 +270,16 @@ kv_cache_dtype:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_gpu_info import parse_meminfo
 from ansible.module_utils.vllm_memory_plan import (
+    DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
+    GIB,
     OVERRIDABLE,
     as_dict,
     build_inputs,
+    host_summary,
     load_recipe,
     plan,
+    shared_pool_reasons,
+    shared_utilization,
     unplanned_dict,
 )
 
@@ -230,58 +297,135 @@ def read_mem_total(module: AnsibleModule) -> int:
         )
 
 
-def fail_unplanned(module: AnsibleModule, problems: list[str]) -> None:
-    module.fail_json(msg=". ".join(problems) + ".", **unplanned_dict(problems))
+def fail_unplanned(module: AnsibleModule, problems: list[str], **extra: object) -> None:
+    result = unplanned_dict(problems)
+    result.update(extra)
+    module.fail_json(msg=". ".join(problems) + ".", **result)
 
 
-def main() -> None:
-    module = AnsibleModule(
-        argument_spec={
-            "recipe": {"type": "raw", "required": True},
-            "recipes_dir": {"type": "path"},
-            "gpu_memory_utilization": {"type": "float"},
-            "max_model_len": {"type": "int"},
-            "max_num_seqs": {"type": "int"},
-            "kv_cache_dtype": {"type": "str"},
-            "memory_total_bytes": {"type": "int"},
-            "overhead_gib": {"type": "float", "default": 2.0},
-            "os_reserve_min_gib": {"type": "float", "default": 8.0},
-            "max_gpu_memory_utilization": {"type": "float", "default": 0.90},
-            "bandwidth_gb_s": {"type": "float", "default": 273.0},
-            "i_accept_freeze_risk": {"type": "bool", "default": False},
-            "name": {"type": "str", "default": "recipe"},
-        },
-        supports_check_mode=True,
-    )
-    params = module.params
-    recipe, problems = load_recipe(params["recipe"], params["recipes_dir"], params["name"])
-    if problems:
-        fail_unplanned(module, problems)
-    memory_total = params["memory_total_bytes"]
-    if memory_total is None:
-        memory_total = read_mem_total(module)
-    inputs, problems = build_inputs(
-        recipe,
-        {key: params[key] for key in OVERRIDABLE},
-        memory_total_bytes=memory_total,
-        name=params["name"],
-        overhead_gib=params["overhead_gib"],
-        os_reserve_min_gib=params["os_reserve_min_gib"],
-        max_gpu_memory_utilization=params["max_gpu_memory_utilization"],
-        bandwidth_gb_s=params["bandwidth_gb_s"],
-    )
-    if problems:
-        fail_unplanned(module, problems)
-    result = as_dict(plan(inputs))
+def settings(params: dict) -> dict:
+    """The planner settings shared by every model."""
+    return {
+        "overhead_gib": params["overhead_gib"],
+        "os_reserve_min_gib": params["os_reserve_min_gib"],
+        "max_gpu_memory_utilization": params["max_gpu_memory_utilization"],
+        "bandwidth_gb_s": params["bandwidth_gb_s"],
+    }
+
+
+def recipe_name(recipe: object) -> str | None:
+    """The recipe's own name, for messages: the file name it was given by, or its `name` key."""
+    if isinstance(recipe, str):
+        return recipe
+    name = recipe.get("name") if isinstance(recipe, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def finish(module: AnsibleModule, result: dict) -> None:
+    """Fail a plan that does not fit, or return it with a warning when the freeze risk is accepted."""
     if not result["fits"]:
         message = ". ".join(result["reasons"]) + "."
-        if not params["i_accept_freeze_risk"]:
+        if not module.params["i_accept_freeze_risk"]:
             module.fail_json(msg=message, changed=False, **result)
         module.warn(
             f"i_accept_freeze_risk is set, so this plan is returned although it does not fit: the DGX Spark may "
             f"run out of unified memory and freeze until power-cycled. {message}"
         )
     module.exit_json(changed=False, **result)
+
+
+def plan_one(module: AnsibleModule, memory_total: int) -> None:
+    params = module.params
+    recipe, problems = load_recipe(params["recipe"], params["recipes_dir"], params["name"])
+    if problems:
+        fail_unplanned(module, problems)
+    inputs, problems = build_inputs(
+        recipe,
+        {key: params[key] for key in OVERRIDABLE},
+        memory_total_bytes=memory_total,
+        name=params["name"],
+        **settings(params),
+    )
+    if problems:
+        fail_unplanned(module, problems)
+    finish(module, as_dict(plan(inputs)))
+
+
+def plan_host(module: AnsibleModule, memory_total: int) -> None:
+    """Every model of the host: each one's own plan, then the sum of their shares."""
+    params = module.params
+    plans, results, names, problems = [], [], [], []
+    for index, entry in enumerate(params["models"]):
+        label = entry["name"] or f"{params['name']}[{index}]"
+        recipe, found = load_recipe(entry["recipe"], params["recipes_dir"], label)
+        inputs = None
+        if not found:
+            overrides = {key: entry[key] for key in OVERRIDABLE}
+            inputs, found = build_inputs(
+                recipe, overrides, memory_total_bytes=memory_total, name=label, **settings(params)
+            )
+        if found:
+            problems += found
+            results.append({**unplanned_dict(found), "name": label})
+            continue
+        memory_plan = plan(inputs)
+        plans.append(memory_plan)
+        names.append(recipe_name(entry["recipe"]) or recipe_name(recipe))
+        results.append({**as_dict(memory_plan), "name": label})
+    if problems:
+        fail_unplanned(module, problems, results=results)
+    reasons = [reason for result in results for reason in result["reasons"]]
+    reasons += shared_pool_reasons(plans, names)
+    total = shared_utilization(plans)
+    finish(
+        module,
+        {
+            "fits": not reasons,
+            "reasons": reasons,
+            "summary": host_summary(plans, reasons),
+            "results": results,
+            "gpu_memory_utilization_total": total,
+            "memory_total_gib": round(memory_total / GIB, 2),
+            "os_reserve_gib": round(memory_total * (1 - total) / GIB, 2),
+        },
+    )
+
+
+def main() -> None:
+    overrides = {
+        "gpu_memory_utilization": {"type": "float"},
+        "max_model_len": {"type": "int"},
+        "max_num_seqs": {"type": "int"},
+        "kv_cache_dtype": {"type": "str"},
+    }
+    module = AnsibleModule(
+        argument_spec={
+            "recipe": {"type": "raw"},
+            "models": {
+                "type": "list",
+                "elements": "dict",
+                "options": {"recipe": {"type": "raw", "required": True}, "name": {"type": "str"}, **overrides},
+            },
+            "recipes_dir": {"type": "path"},
+            **overrides,
+            "memory_total_bytes": {"type": "int"},
+            "overhead_gib": {"type": "float", "default": 2.0},
+            "os_reserve_min_gib": {"type": "float", "default": 8.0},
+            "max_gpu_memory_utilization": {"type": "float", "default": DEFAULT_MAX_GPU_MEMORY_UTILIZATION},
+            "bandwidth_gb_s": {"type": "float", "default": 273.0},
+            "i_accept_freeze_risk": {"type": "bool", "default": False},
+            "name": {"type": "str", "default": "recipe"},
+        },
+        required_one_of=[("recipe", "models")],
+        mutually_exclusive=[("recipe", "models")],
+        supports_check_mode=True,
+    )
+    memory_total = module.params["memory_total_bytes"]
+    if memory_total is None:
+        memory_total = read_mem_total(module)
+    if module.params["models"] is not None:
+        plan_host(module, memory_total)
+    plan_one(module, memory_total)
 
 
 if __name__ == "__main__":

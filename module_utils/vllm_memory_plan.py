@@ -12,12 +12,20 @@ fit:
 - decode reads the active weights once per token, so tokens/s <= bandwidth / active weight bytes.
 
 The flow is build_inputs() (recipe + overrides -> PlanInputs, or the list of what is wrong with them), then
-plan() -> MemoryPlan, then as_dict() for the module's return values. Standard library only; the YAML loader
-(PyYAML, which Ansible itself needs) is imported only when a recipe is read from a file.
+plan() -> MemoryPlan, then as_dict() for the module's return values.
+
+The models of one host are planned together: each vLLM instance takes its own --gpu-memory-utilization share of
+the one pool, so the sum must stay within max_gpu_memory_utilization and leave os_reserve_min_gib
+(shared_pool_reasons()). Right before a restart, start_check() asks whether the memory those shares need is free
+on the host now (vLLM refuses to start otherwise; vllm#48140), counting what the restarted units free.
+
+Standard library only; the YAML loader (PyYAML, which Ansible itself needs) is imported only when a recipe is
+read from a file.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -58,6 +66,11 @@ OVERRIDABLE = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_ca
 # The smallest max_model_len step a suggestion is rounded to.
 CONTEXT_STEP = 1024
 
+# The highest gpu_memory_utilization accepted by default: the top of the community's 0.80-0.87 guard on a Spark.
+# vLLM starts only with utilization x MemTotal free, and what it leaves (15.8 GiB of 121.7 at 0.87) must hold the
+# OS, Docker, vLLM's own host-side memory and still keep MemAvailable above 2-3 GB (spark-facts.md).
+DEFAULT_MAX_GPU_MEMORY_UTILIZATION = 0.87
+
 
 @dataclass(frozen=True)
 class PlanInputs:
@@ -81,7 +94,7 @@ class PlanInputs:
     measured_decode_tok_s: float | None = None
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
-    max_gpu_memory_utilization: float = 0.90
+    max_gpu_memory_utilization: float = DEFAULT_MAX_GPU_MEMORY_UTILIZATION
     bandwidth_gb_s: float = 273.0
 
 
@@ -273,7 +286,7 @@ def build_inputs(
     name: str = "recipe",
     overhead_gib: object = 2.0,
     os_reserve_min_gib: object = 8.0,
-    max_gpu_memory_utilization: object = 0.90,
+    max_gpu_memory_utilization: object = DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
     bandwidth_gb_s: object = 273.0,
 ) -> tuple[PlanInputs | None, list[str]]:
     """The checked inputs of the plan: the recipe's values, replaced by any override that is not None.
@@ -621,3 +634,282 @@ def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = dict.fromkeys(keys)
     result.update(fits=False, reasons=list(reasons), summary=f"not planned: {len(reasons)} problem(s) with the input")
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every model of one host together: each vLLM takes its own share of the one pool, so the shares add up
+
+
+def shared_utilization(plans: list[MemoryPlan]) -> float:
+    """The sum of the models' gpu_memory_utilization (each vLLM instance takes its own share of the pool)."""
+    return round(sum(memory_plan.inputs.gpu_memory_utilization for memory_plan in plans), 6)
+
+
+def _described(memory_plan: MemoryPlan, recipe_name: str | None) -> str:
+    inputs = memory_plan.inputs
+    recipe = f" ({recipe_name})" if recipe_name else ""
+    return f"{inputs.name}{recipe} at gpu_memory_utilization {inputs.gpu_memory_utilization:.2f}"
+
+
+def _shared_fixes(plans: list[MemoryPlan], limit: float) -> str:
+    """What to lower so that the shares add up to `limit` or less, each model keeping its weights and one
+    full-length sequence: one model's value when lowering one is enough, else every model's least value."""
+    least = [smallest_utilization_holding(p.inputs, p.inputs.max_model_len) for p in plans]
+    fixes = []
+    by_share = sorted(range(len(plans)), key=lambda i: -plans[i].inputs.gpu_memory_utilization)
+    for index in by_share:
+        others = sum(p.inputs.gpu_memory_utilization for i, p in enumerate(plans) if i != index)
+        candidate = _hundredths(limit - others, up=False)
+        needed = least[index]
+        if needed is not None and 0 < needed <= candidate:
+            fixes.append(
+                f"set {plans[index].inputs.name}.gpu_memory_utilization to {candidate:.2f} (at least {needed:.2f} "
+                f"holds its weights and one {plans[index].inputs.max_model_len:,}-token sequence)"
+            )
+    if fixes:
+        return f"lower them so that they add up to {limit:.2f} or less: {', or '.join(fixes)}"
+    if all(value is not None for value in least) and round(sum(least), 6) <= limit:
+        each = " and ".join(
+            f"set {p.inputs.name}.gpu_memory_utilization to {value:.2f}" for p, value in zip(plans, least, strict=True)
+        )
+        return (
+            f"lower them so that they add up to {limit:.2f} or less: {each} (the least that holds each model's "
+            "weights and one full-length sequence)"
+        )
+    return (
+        f"even at the least gpu_memory_utilization that holds each model's weights and one full-length sequence "
+        f"they add up to more than {limit:.2f}: lower a max_model_len, or serve one of these models on another Spark"
+    )
+
+
+def shared_pool_reasons(plans: list[MemoryPlan], recipe_names: list[str | None] | None = None) -> list[str]:
+    """Why the models of one host must not run together: the sum of their shares is above
+    max_gpu_memory_utilization or leaves less than os_reserve_min_gib. Empty for one model (its own plan says it)."""
+    if len(plans) < 2:
+        return []
+    inputs = plans[0].inputs
+    total = shared_utilization(plans)
+    if utilization_is_safe(inputs, total):
+        return []
+    names = recipe_names or [None] * len(plans)
+    together = " + ".join(_described(p, name) for p, name in zip(plans, names, strict=True))
+    found = (
+        f"{together} = {total:.2f}: these models run on this host together and --gpu-memory-utilization is per vLLM "
+        f"instance, so they take {_gib(inputs.memory_total_bytes * total)} of the one "
+        f"{_gib(inputs.memory_total_bytes)} pool and leave {_gib(inputs.memory_total_bytes * (1 - total))} for the "
+        f"OS, Docker and page cache (os_reserve_min_gib asks for {inputs.os_reserve_min_gib:.1f} GiB)"
+    )
+    if total > inputs.max_gpu_memory_utilization:
+        found += f", above max_gpu_memory_utilization {inputs.max_gpu_memory_utilization:.2f} for the sum"
+    risk = "when the shared pool runs out a Spark can freeze and need a power cycle"
+    limit = largest_safe_utilization(inputs)
+    if limit is None:
+        return [f"{found}; {risk}; no sum leaves os_reserve_min_gib on this host: serve fewer models here"]
+    return [f"{found}; {risk}; {_shared_fixes(plans, limit)}"]
+
+
+def host_summary(plans: list[MemoryPlan], reasons: list[str]) -> str:
+    """One human line for all the models of a host."""
+    if not plans:
+        return "no model planned"
+    inputs = plans[0].inputs
+    total = shared_utilization(plans)
+    if len(plans) == 1:
+        head = f"1 model {'fits' if not reasons else 'DOES NOT FIT'}: gpu_memory_utilization {total:.2f} of "
+    else:
+        shares = " + ".join(f"{p.inputs.gpu_memory_utilization:.2f}" for p in plans)
+        verdict = "fit" if not reasons else "DO NOT FIT"
+        head = f"{len(plans)} models {verdict} together: gpu_memory_utilization {shares} = {total:.2f} of "
+    return (
+        f"{head}"
+        f"{_gib(inputs.memory_total_bytes)} ({_gib(inputs.memory_total_bytes * total)}), "
+        f"{_gib(inputs.memory_total_bytes * (1 - total))} left for the OS"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Before a restart: is the memory those vLLMs need free on the host now?
+#
+# vLLM refuses to start unless the free memory at start is at least gpu_memory_utilization x total, and on a GB10
+# "free" is close to MemFree, so page cache counts as used (vllm#48140). The units restart one after another in
+# the order of vllm_server_models, and each one's start check can run before the next one has stopped, so every
+# step must fit on its own:
+#
+#   free + (what the units restarted so far free when they stop) >= (their shares) + margin
+#
+# free is MemAvailable after dropping the page cache when the unit drops it too (vllm_server_drop_caches; in check
+# mode MemAvailable estimates what that drop frees), else MemFree. A running unit frees the share of the
+# configuration it runs: that of its last good configuration (the role's <unit>.last-good.json, written when that
+# configuration passed the health gate), never the share of the new one, which may be larger; a running unit with
+# no last good configuration is counted as freeing nothing. What all of them free is at most what is in use now.
+
+UTILIZATION_FLAG = "--gpu-memory-utilization"
+
+
+@dataclass(frozen=True)
+class StartUnit:
+    """One queued unit: its label (e.g. vllm_server_models[1]), its systemd unit, the share its new configuration
+    takes, whether it is about to (re)start, whether it runs now and the share of the configuration it runs."""
+
+    name: str
+    unit: str
+    gpu_memory_utilization: float
+    restart: bool = True
+    running: bool = False
+    running_utilization: float | None = None
+
+
+@dataclass(frozen=True)
+class StartCheck:
+    """The memory figures of the check, in bytes, and why the restarts must not happen (empty when they may)."""
+
+    memory_total_bytes: int
+    free_bytes: int
+    free_source: str
+    freed_bytes: float
+    needed_bytes: float
+    margin_bytes: float
+    steps: tuple[dict[str, Any], ...]
+    reasons: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return not self.reasons
+
+
+def mem_free_bytes(meminfo_text: str) -> int:
+    """MemFree of a /proc/meminfo text, in bytes (the kernel prints kB = KiB). Raises ValueError when absent."""
+    for line in meminfo_text.splitlines():
+        key, _, rest = line.partition(":")
+        if key == "MemFree" and rest.split():
+            return int(rest.split()[0]) * 1024
+    raise ValueError("/proc/meminfo lacks MemFree")
+
+
+def utilization_of_serve_args(serve_args: object) -> float | None:
+    """The --gpu-memory-utilization of a `vllm serve` argument list; None when it is not there or not a number."""
+    if not isinstance(serve_args, list):
+        return None
+    for position, arg in enumerate(serve_args):
+        value = None
+        if arg == UTILIZATION_FLAG and position + 1 < len(serve_args):
+            value = serve_args[position + 1]
+        elif isinstance(arg, str) and arg.startswith(UTILIZATION_FLAG + "="):
+            value = arg.partition("=")[2]
+        if value is not None:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                return None
+            return number if 0 < number <= 1 else None
+    return None
+
+
+def running_utilization(last_good_json: str) -> float | None:
+    """The gpu_memory_utilization of a last good configuration (the JSON the role keeps: serve_args, ...)."""
+    try:
+        configuration = json.loads(last_good_json)
+    except ValueError:
+        return None
+    if not isinstance(configuration, Mapping):
+        return None
+    return utilization_of_serve_args(configuration.get("serve_args"))
+
+
+def should_drop_caches(drop_caches: bool, check_mode: bool, units: list[StartUnit]) -> bool:
+    """Drop the page cache only when asked, for real (not in check mode), and when a unit is about to start."""
+    return drop_caches and not check_mode and any(unit.restart for unit in units)
+
+
+def start_check(
+    memory: Mapping[str, int],
+    units: list[StartUnit],
+    *,
+    margin_gib: float,
+    use_available: bool,
+) -> StartCheck:
+    """Whether the units about to (re)start find the memory their vLLMs need, step by step in their order.
+    `memory` holds mem_total_bytes, mem_available_bytes and mem_free_bytes; `use_available` says that the page
+    cache is (or will be) dropped before each start, so MemAvailable is what vLLM finds free, else MemFree."""
+    total = memory["mem_total_bytes"]
+    free = memory["mem_available_bytes"] if use_available else memory["mem_free_bytes"]
+    free_source = "MemAvailable" if use_available else "MemFree (the page cache is not dropped)"
+    in_use = max(0, total - free)
+    margin = margin_gib * GIB
+    freed = needed = 0.0
+    steps = []
+    exact: list[tuple[float, float]] = []  # (share, frees) of each step, in bytes
+    reasons: list[str] = []
+    restarting = [unit for unit in units if unit.restart]
+    for unit in restarting:
+        frees = 0.0
+        if unit.running and unit.running_utilization is not None:
+            frees = min(unit.running_utilization * total, in_use - freed)
+        share = unit.gpu_memory_utilization * total
+        exact.append((share, frees))
+        freed += frees
+        needed += share
+        step = {
+            "name": unit.name,
+            "unit": unit.unit,
+            "gpu_memory_utilization": unit.gpu_memory_utilization,
+            "share_gib": round(share / GIB, 2),
+            "running": unit.running,
+            "frees_gib": round(frees / GIB, 2),
+        }
+        steps.append(step)
+        if not reasons and free + freed < needed + margin:
+            reasons.append(_start_reason(total, restarting, exact, free, free_source, freed, needed, margin))
+    return StartCheck(
+        memory_total_bytes=total,
+        free_bytes=free,
+        free_source=free_source,
+        freed_bytes=freed,
+        needed_bytes=needed,
+        margin_bytes=margin,
+        steps=tuple(steps),
+        reasons=tuple(reasons),
+    )
+
+
+def _start_reason(
+    total: int,
+    restarting: list[StartUnit],
+    exact: list[tuple[float, float]],
+    free: float,
+    free_source: str,
+    freed: float,
+    needed: float,
+    margin: float,
+) -> str:
+    """Why the last of the steps in `exact` does not fit, and what to lower."""
+    unit = restarting[len(exact) - 1]
+    share = exact[-1][0]
+    found = (
+        f"not enough free memory to (re)start {unit.unit} ({unit.name}, gpu_memory_utilization "
+        f"{unit.gpu_memory_utilization:.2f} = {_gib(share)} of {_gib(total)}): {_gib(free)} is free now ({free_source})"
+    )
+    steps = list(zip(restarting, exact, strict=False))
+    frees = [f"{u.unit} frees {_gib(gives)} when it stops" for u, (_, gives) in steps if gives > 0]
+    if frees:
+        found += ", " + ", ".join(frees)
+    unknown = [u.unit for u, _ in steps if u.running and u.running_utilization is None]
+    if unknown:
+        found += f", {', '.join(unknown)} runs a configuration with no last good record (counted as freeing nothing)"
+    before = [f"{u.unit} takes {_gib(takes)} first" for u, (takes, _) in steps[:-1]]
+    if before:
+        found += ", " + ", ".join(before)
+    found += f"; it needs {_gib(share)} plus the margin {_gib(margin)} (vllm_server_start_margin_gib)"
+    why = (
+        "vLLM refuses to start with less free memory than gpu_memory_utilization x total (vllm#48140), and a Spark "
+        "whose memory runs out can freeze. Nothing was restarted: the running units keep their previous configuration "
+        "(the new unit files are written and would apply at their next restart or at boot)"
+    )
+    room = free + freed - (needed - share) - margin
+    fix = _hundredths(max(0.0, room) / total, up=False)
+    fixes = []
+    if fix > 0:
+        fixes.append(f"lower {unit.name}.gpu_memory_utilization to {fix:.2f} or less")
+    fixes.append("free memory on the host (`free -g` shows it; stop what else uses it)")
+    fixes.append(f"lower vllm_server_start_margin_gib ({margin / GIB:.1f})")
+    return f"{found}. {why}. Then {', or '.join(fixes)}, and run again"

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import vllm_memory_plan as planner
 import yaml
 from conftest import ROOT, run_ansible_module
 from spark_gpu_info import parse_meminfo
@@ -245,7 +246,7 @@ def test_a_short_kv_cache_is_refused_in_the_documented_words():
 @pytest.mark.parametrize(
     ("overrides", "settings", "fragment"),
     [
-        ({"gpu_memory_utilization": 0.95}, {}, "above max_gpu_memory_utilization 0.90"),
+        ({"gpu_memory_utilization": 0.95}, {}, "above max_gpu_memory_utilization 0.87"),
         ({"gpu_memory_utilization": 0.88}, {"os_reserve_min_gib": 20.0}, "leaves 14.6 GiB of 121.7 GiB"),
         ({"gpu_memory_utilization": 0.5}, {"memory_total_bytes": 8 * GIB}, "no gpu_memory_utilization leaves"),
     ],
@@ -590,3 +591,310 @@ def test_module_reads_mem_total_from_the_host(ansible_env):
         expected = parse_meminfo(meminfo.read())["mem_total_bytes"]
     assert result["memory_total_gib"] == round(expected / GIB, 2)
     assert "recipe" in result["summary"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Every model of a host together. The new functions are reached through the module object (planner.*), so that a
+# planner without them fails these tests alone.
+
+# Test fixture: an NVFP4 MoE of Qwen3.6-35B-A3B's size at the NVIDIA playbook's flags (0.4, 262,144 tokens, fp8
+# KV cache). weight_bytes is an estimate; attention layers only (the rest is linear attention, no KV cache).
+QWEN_MOE = {
+    "name": "qwen-moe-fixture",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.4,
+    "max_model_len": 262144,
+    "max_num_seqs": 4,
+    "kv_cache_dtype": "fp8",
+    "env": {},
+    "architecture": {
+        "total_params_b": 35.0,
+        "active_params_b": 3.0,
+        "bytes_per_param": 0.5625,
+        "weight_bytes": 22e9,
+        "attention_layers": 10,
+        "kv_heads": 2,
+        "head_dim": 256,
+        "max_context": 262144,
+        "dtype": "bfloat16",
+    },
+}
+
+
+def host_plans(*entries: tuple[dict, dict], **settings: object) -> list:
+    """The plans of vllm_server_models[0], [1], ... on one Spark."""
+    settings.setdefault("memory_total_bytes", SPARK_MEM_TOTAL)
+    plans = []
+    for index, (recipe, overrides) in enumerate(entries):
+        inputs, problems = build_inputs(recipe, overrides, name=f"vllm_server_models[{index}]", **settings)
+        assert problems == []
+        plans.append(plan(inputs))
+    return plans
+
+
+def test_two_models_whose_shares_add_up_past_the_ceiling_are_refused_naming_both():
+    # Each fits alone (0.85 and 0.40), but vLLM's utilization is per instance: 1.25 of one pool.
+    plans = host_plans((NEMOTRON, {}), (QWEN_MOE, {}))
+    assert all(memory_plan.fits for memory_plan in plans)
+    reasons = planner.shared_pool_reasons(plans, ["nemotron-3-super-fixture", "qwen-moe-fixture"])
+    assert len(reasons) == 1
+    reason = reasons[0]
+    for fragment in (
+        "vllm_server_models[0] (nemotron-3-super-fixture) at gpu_memory_utilization 0.85",
+        "vllm_server_models[1] (qwen-moe-fixture) at gpu_memory_utilization 0.40",
+        "= 1.25",
+        "above max_gpu_memory_utilization 0.87",
+        "freeze",
+        "lower them so that they add up to 0.87 or less",
+    ):
+        assert fragment in reason, (fragment, reason)
+
+
+def test_models_whose_shares_fit_together_are_accepted():
+    # 0.64 + 0.23 = 0.87, the ceiling: accepted, and each model still holds its weights and a full sequence.
+    plans = host_plans((NEMOTRON, {"gpu_memory_utilization": 0.64}), (QWEN_MOE, {"gpu_memory_utilization": 0.23}))
+    assert all(memory_plan.fits for memory_plan in plans)
+    assert planner.shared_utilization(plans) == pytest.approx(0.87)
+    assert planner.shared_pool_reasons(plans) == []
+
+
+def test_one_model_has_no_shared_pool_reason():
+    plans = host_plans((NEMOTRON, {"gpu_memory_utilization": 0.95}))
+    assert planner.shared_pool_reasons(plans) == []
+    assert not plans[0].fits  # its own plan says it
+
+
+SET_UTILIZATION = r"set (vllm_server_models\[\d\])\.gpu_memory_utilization to (\d\.\d\d)"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "settings"),
+    [
+        ((NEMOTRON, {}), (QWEN_MOE, {}), {}),
+        ((NEMOTRON, {"max_model_len": 16384}), (QWEN_MOE, {"gpu_memory_utilization": 0.3}), {}),
+        ((QWEN_MOE, {"gpu_memory_utilization": 0.5}), (QWEN_MOE, {"gpu_memory_utilization": 0.5}), {}),
+        ((NEMOTRON, {"gpu_memory_utilization": 0.7}), (QWEN_MOE, {}), {"os_reserve_min_gib": 16.0}),
+    ],
+    ids=["blog-nemotron-and-playbook-qwen", "one-can-give-way", "two-halves", "big-os-reserve"],
+)
+def test_following_a_shared_pool_suggestion_gives_a_host_that_fits(first, second, settings):
+    plans = host_plans(first, second, **settings)
+    (reason,) = planner.shared_pool_reasons(plans)
+    suggestions = re.findall(SET_UTILIZATION, reason)
+    assert suggestions, reason
+    both = "the least that holds each model's" in reason
+    alternatives = [suggestions] if both else [[suggestion] for suggestion in suggestions]
+    for alternative in alternatives:
+        entries = [first, second]
+        for label, value in alternative:
+            index = int(label[-2])
+            recipe, overrides = entries[index]
+            entries[index] = (recipe, {**overrides, "gpu_memory_utilization": float(value)})
+        fixed = host_plans(*entries, **settings)
+        assert all(memory_plan.fits for memory_plan in fixed), [p.reasons for p in fixed]
+        assert planner.shared_pool_reasons(fixed) == [], (alternative, reason)
+
+
+def test_module_plans_every_model_of_a_host_in_one_call_and_refuses_the_sum(ansible_env):
+    args = json.dumps(
+        {
+            "memory_total_bytes": SPARK_MEM_TOTAL,
+            "name": "vllm_server_models",
+            "models": [{"recipe": NEMOTRON}, {"recipe": QWEN_MOE}],
+        }
+    )
+    result = run_ansible_module("vllm_memory_plan", ansible_env, args)
+    assert result["failed"] is True and result["fits"] is False
+    for fragment in ("vllm_server_models[0] (nemotron-3-super-fixture)", "vllm_server_models[1] (qwen-moe-fixture)"):
+        assert fragment in result["msg"]
+    assert "0.85" in result["msg"] and "0.40" in result["msg"]
+    # One plan per model, in order, each with the keys a single plan has (register.results[i] reads them).
+    assert [entry["name"] for entry in result["results"]] == ["vllm_server_models[0]", "vllm_server_models[1]"]
+    assert all(set(entry) >= RETURN_KEYS and entry["fits"] for entry in result["results"])
+    assert result["gpu_memory_utilization_total"] == pytest.approx(1.25)
+
+
+def test_module_host_plan_of_models_that_fit_together_matches_their_single_plans(ansible_env):
+    models = [{"recipe": NEMOTRON, "gpu_memory_utilization": 0.64}, {"recipe": QWEN_MOE, "max_model_len": 131072}]
+    models[1]["gpu_memory_utilization"] = 0.23
+    args = json.dumps({"memory_total_bytes": SPARK_MEM_TOTAL, "name": "vllm_server_models", "models": models})
+    together = run_ansible_module("vllm_memory_plan", ansible_env, args, check=True)
+    assert not together.get("failed"), together.get("msg")
+    assert together["fits"] is True and together["reasons"] == []
+    alone = run_ansible_module("vllm_memory_plan", ansible_env, module_args(**models[1], name="vllm_server_models[1]"))
+    assert {key: together["results"][1][key] for key in RETURN_KEYS} == {key: alone[key] for key in RETURN_KEYS}
+    assert together["results"][1]["max_model_len"] == 131072
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Before a restart: the memory free on the host now
+
+
+def meminfo(total_kb: int, free_kb: int, available_kb: int) -> str:
+    """A /proc/meminfo text in the kernel's format (the lines the check reads, and a few around them)."""
+    return (
+        f"MemTotal:       {total_kb} kB\nMemFree:        {free_kb} kB\nMemAvailable:   {available_kb} kB\n"
+        f"Buffers:           52340 kB\nCached:         {max(0, available_kb - free_kb)} kB\n"
+        "SwapCached:            0 kB\n"
+        "SwapTotal:       16777212 kB\nSwapFree:        16777212 kB\n"
+    )
+
+
+# A Spark (MemTotal 127,601,400 kB) with a vLLM at 0.80 running: 19 GiB available, of which 10 GiB page cache.
+SPARK_BUSY_MEMINFO = meminfo(127_601_400, 9 * 2**20, 19 * 2**20)
+# The same Spark with nothing running.
+SPARK_IDLE_MEMINFO = meminfo(127_601_400, 120_000_000, 123_518_800)
+
+
+def memory_of(text: str) -> dict[str, int]:
+    """What the module reads: the planner's parse_meminfo, and MemFree."""
+    return {**parse_meminfo(text), "mem_free_bytes": planner.mem_free_bytes(text)}
+
+
+def test_a_new_model_that_does_not_find_its_share_free_is_refused():
+    units = [
+        planner.StartUnit("vllm_server_models[0]", "vllm-nemotron.service", 0.80, restart=False, running=True),
+        planner.StartUnit("vllm_server_models[1]", "vllm-qwen.service", 0.40, restart=True, running=False),
+    ]
+    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), units, margin_gib=3.0, use_available=True)
+    assert not check.fits
+    (reason,) = check.reasons
+    for fragment in (
+        "vllm-qwen.service (vllm_server_models[1], gpu_memory_utilization 0.40 = 48.7 GiB of 121.7 GiB)",
+        "19.0 GiB is free now (MemAvailable)",
+        "Nothing was restarted",
+        "lower vllm_server_models[1].gpu_memory_utilization to 0.13 or less",  # (19 - 3) / 121.7
+        "vllm_server_start_margin_gib",
+    ):
+        assert fragment in reason, (fragment, reason)
+
+
+def test_a_restarted_unit_counts_the_share_it_frees_when_it_stops():
+    # Nemotron restarts with a new configuration at its running 0.80: its own 97.3 GiB comes back first.
+    restarted = planner.StartUnit(
+        "vllm_server_models[0]", "vllm-nemotron.service", 0.80, running=True, running_utilization=0.80
+    )
+    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [restarted], margin_gib=3.0, use_available=True)
+    assert check.fits, check.reasons
+    assert check.freed_bytes == pytest.approx(0.80 * 127_601_400 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("running_utilization", "fragment"),
+    [
+        (0.50, "vllm-nemotron.service frees 60.8 GiB when it stops"),  # it frees its running share, not the new one
+        (None, "no last good record (counted as freeing nothing)"),
+    ],
+    ids=["raising-its-share", "unknown-running-share"],
+)
+def test_a_restarted_unit_frees_only_the_share_it_runs_with(running_utilization, fragment):
+    restarted = planner.StartUnit(
+        "vllm_server_models[0]", "vllm-nemotron.service", 0.80, running=True, running_utilization=running_utilization
+    )
+    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [restarted], margin_gib=3.0, use_available=True)
+    assert not check.fits
+    assert fragment in check.reasons[0]
+
+
+def test_without_dropping_the_page_cache_only_mem_free_counts():
+    # 12.2 GiB (0.10) + 3 GiB margin: within MemAvailable (19 GiB), not within MemFree (9 GiB), which is what vLLM
+    # sees when the page cache stays (vllm#48140).
+    unit = planner.StartUnit("vllm_server_models[0]", "vllm-small.service", 0.10)
+    memory = memory_of(SPARK_BUSY_MEMINFO)
+    assert planner.start_check(memory, [unit], margin_gib=3.0, use_available=True).fits
+    check = planner.start_check(memory, [unit], margin_gib=3.0, use_available=False)
+    assert not check.fits and "MemFree" in check.reasons[0]
+
+
+def test_each_restart_in_turn_must_fit_not_only_the_sum():
+    # [0] grows from 0.30 to 0.50 and restarts first, while [1] (0.40 -> 0.20) still holds its share.
+    units = [
+        planner.StartUnit("vllm_server_models[0]", "vllm-a.service", 0.50, running=True, running_utilization=0.30),
+        planner.StartUnit("vllm_server_models[1]", "vllm-b.service", 0.20, running=True, running_utilization=0.40),
+    ]
+    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), units, margin_gib=3.0, use_available=True)
+    assert not check.fits
+    assert check.reasons[0].startswith("not enough free memory to (re)start vllm-a.service (vllm_server_models[0]")
+    assert len(check.steps) == 2
+
+
+def test_units_that_do_not_restart_need_nothing():
+    unit = planner.StartUnit("vllm_server_models[0]", "vllm-nemotron.service", 0.80, restart=False, running=True)
+    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [unit], margin_gib=3.0, use_available=True)
+    assert check.fits and check.steps == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"serve_args": ["m", "--gpu-memory-utilization", "0.8", "--max-model-len", "4096"]}', 0.8),
+        ('{"serve_args": ["m", "--gpu-memory-utilization=0.45"]}', 0.45),
+        ('{"serve_args": ["m"]}', None),
+        ('{"serve_args": ["m", "--gpu-memory-utilization", "lots"]}', None),
+        ("not json", None),
+    ],
+    ids=["flag-and-value", "flag=value", "absent", "not-a-number", "not-json"],
+)
+def test_running_utilization_is_read_from_the_last_good_serve_args(text, expected):
+    assert planner.running_utilization(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("drop_caches", "check_mode", "restart", "expected"),
+    [(True, False, True, True), (True, True, True, False), (False, False, True, False), (True, False, False, False)],
+    ids=["drops", "check-mode", "not-asked", "nothing-restarts"],
+)
+def test_the_page_cache_is_dropped_only_for_real_restarts(drop_caches, check_mode, restart, expected):
+    units = [planner.StartUnit("vllm_server_models[0]", "vllm-a.service", 0.4, restart=restart)]
+    assert planner.should_drop_caches(drop_caches, check_mode, units) is expected
+
+
+@pytest.fixture
+def host_files(tmp_path: Path):
+    """A recorded /proc/meminfo and a stand-in drop_caches knob, for the module to read and write."""
+
+    def make(text: str) -> dict[str, str]:
+        (tmp_path / "meminfo").write_text(text, encoding="ascii")
+        (tmp_path / "drop_caches").write_text("", encoding="ascii")
+        return {"meminfo_path": str(tmp_path / "meminfo"), "drop_caches_path": str(tmp_path / "drop_caches")}
+
+    return make
+
+
+def test_start_module_in_check_mode_does_not_drop_the_page_cache(ansible_env, host_files):
+    paths = host_files(SPARK_IDLE_MEMINFO)
+    args = json.dumps({"units": [{"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}], **paths})
+    checked = run_ansible_module("vllm_start_memory", ansible_env, args, check=True)
+    assert not checked.get("failed"), checked.get("msg")
+    assert checked["caches_dropped"] is False and checked["fits"] is True and checked["changed"] is False
+    assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == ""
+    applied = run_ansible_module("vllm_start_memory", ansible_env, args)
+    assert applied["caches_dropped"] is True and applied["changed"] is False
+    assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == "3\n"
+
+
+def test_start_module_refuses_short_memory_and_counts_a_restarted_units_last_good_share(
+    ansible_env, host_files, tmp_path
+):
+    paths = host_files(SPARK_BUSY_MEMINFO)
+    last_good = tmp_path / "nemotron.last-good"
+    last_good.with_suffix(".last-good.json").write_text(
+        json.dumps({"serve_args": ["m", "--gpu-memory-utilization", "0.8"]}), encoding="utf-8"
+    )
+    nemotron = {"unit": "vllm-nemotron.service", "gpu_memory_utilization": 0.8, "last_good": str(last_good)}
+    qwen = {"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}
+    running = ["vllm-nemotron.service"]
+    refused = run_ansible_module(
+        "vllm_start_memory",
+        ansible_env,
+        json.dumps({"units": [{**nemotron, "restart": False}, qwen], "running": running, **paths}),
+        check=True,
+    )
+    assert refused["failed"] is True and refused["fits"] is False
+    assert "vllm-qwen.service (vllm_server_models[1]" in refused["msg"]
+    assert "vllm_server_models[1].gpu_memory_utilization" in refused["msg"]
+    accepted = run_ansible_module(
+        "vllm_start_memory", ansible_env, json.dumps({"units": [nemotron], "running": running, **paths}), check=True
+    )
+    assert not accepted.get("failed"), accepted.get("msg")
+    assert accepted["freed_gib"] == pytest.approx(0.8 * 121.69, abs=0.05)
