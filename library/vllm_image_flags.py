@@ -143,6 +143,9 @@ def main() -> None:
     params = module.params
     docker = module.get_bin_path("docker", required=True)
     rc, out, err = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", params["image"]])
+    if rc != 0 and module.check_mode:
+        # Check mode on a host whose image is not pulled yet: nothing to read, and nothing changed.
+        module.exit_json(changed=False, image_id="", help_file="", flags=0, harmony_offline=None, problems=[])
     if rc != 0:
         module.fail_json(msg=f"the image {params['image']} is not on this host ({err.strip()}): run vllm_image first")
     image_id = out.strip()
