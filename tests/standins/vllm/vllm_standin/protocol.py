@@ -239,7 +239,8 @@ def chat_response(
     completion_tokens: int,
 ) -> dict[str, object]:
     """A chat answer; with a reasoning parser, the thinking is in message.reasoning and content may be null (a
-    max_tokens that ends while the model still reasons), as vLLM's ChatMessage has it since PR 33402."""
+    max_tokens that ends while the model still reasons), as vLLM's ChatMessage has it since PR 33402. No
+    tool_calls: ChatMessage's serializer drops an empty list."""
     message = {
         "role": "assistant",
         "content": text or None,
@@ -247,7 +248,6 @@ def chat_response(
         "annotations": None,
         "audio": None,
         "function_call": None,
-        "tool_calls": [],
         "reasoning": reasoning or None,
     }
     return {
