@@ -138,6 +138,16 @@ def test_the_caches_are_mounted_from_the_host(host):
     }
 
 
+def test_the_images_own_help_was_read_once_and_cached_by_image_id(host):
+    # vllm_image_flags ran `vllm serve --help=all` in the pinned image (the stand-in prints vLLM 0.33.0's recorded
+    # help) and checked the recipe's flags against it; the answer is cached under the image's ID.
+    image_id = host.check_output(f"docker inspect --format '{{{{.Image}}}}' {CONTAINER}")
+    cached = host.file(f"/var/lib/sparkfleet/image-flags/{image_id.replace(':', '-')}.help.txt")
+    assert cached.is_file
+    assert cached.content_string.startswith("usage: vllm serve")
+    assert "--kv-cache-dtype" in cached.content_string
+
+
 def test_earlyoom_runs_and_prefers_vllm(host):
     assert host.service("earlyoom").is_running
     earlyoom = host.process.get(comm="earlyoom")
