@@ -86,6 +86,13 @@ options:
     description: Verify again even when a marker says the snapshot was verified (for a periodic audit).
     type: bool
     default: false
+  marker_only:
+    description:
+      - Only look for the marker of a snapshot verified before, without asking the Hub. When O(revision) is a
+        commit and its marker holds, report it as usual (RV(verified) is V(marker)); otherwise report
+        RV(fetch_needed) and change nothing. A quick synchronous check before starting a fetch in the background.
+    type: bool
+    default: false
   manifest:
     description:
       - The RV(manifest) of a run on another host. With it the module never downloads. It only verifies the
@@ -193,6 +200,10 @@ marker:
   description: Path of the marker that records the verified snapshot.
   returned: success
   type: str
+fetch_needed:
+  description: True when O(marker_only) found no marker that holds, so a full run must fetch or verify.
+  returned: always
+  type: bool
 """
 
 import os
@@ -250,6 +261,7 @@ class Prefetch:
             "downloaded": [],
             "refetched": [],
             "orphans_removed": [],
+            "fetch_needed": False,
         }
 
     # --- reporting ---------------------------------------------------------------------------------------------
@@ -442,6 +454,8 @@ class Prefetch:
             self.commit = manifest["commit"]
         elif is_commit(self.params["revision"]) and self.already_verified(self.params["revision"], None):
             return
+        elif self.params["marker_only"]:
+            self.module.exit_json(changed=False, fetch_needed=True)
         else:
             manifest = self.resolve_manifest()
         self.result.update(commit=manifest["commit"], bytes_total=manifest["bytes"], manifest=strip(manifest))
@@ -573,6 +587,7 @@ def main() -> None:
             "xet": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
             "verify": {"type": "str", "choices": ["size", "full"], "default": "full"},
             "recheck": {"type": "bool", "default": False},
+            "marker_only": {"type": "bool", "default": False},
             "manifest": {"type": "dict"},
             "status_file": {"type": "path", "default": "/run/sparkfleet/hf-prefetch.json"},
             "max_workers": {"type": "int", "default": 8},
