@@ -1,7 +1,7 @@
 """Helpers for tests that need the stand-in Hugging Face Hub (tests/standins/hf_hub): build its fixture repos,
 run it on a free local port, drive its faults and read its stats.
 
-Import it as `hf_standin` after putting tests/ on sys.path (tests/conftest.py does the same for module_utils).
+Import it as `from helpers import hf_standin` (tests/conftest.py puts tests/ on sys.path).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 STANDIN = TESTS / "standins" / "hf_hub" / "hf_hub_standin.py"
 BUILDER = TESTS / "fixtures" / "build_hf_models.py"
-START_TIMEOUT_S = 15
+# A readiness wait sized for a loaded 2-core machine: a slow start only waits longer; a dead process fails at once.
+START_TIMEOUT_S = 300
 
 
 @functools.cache
@@ -99,3 +100,32 @@ def set_faults(root: Path, faults: list[dict[str, Any]]) -> None:
         path.write_text(json.dumps(faults))
     else:
         path.unlink(missing_ok=True)
+
+
+# --- the fixture repos, as the tests of hf_prefetch read and extend them ----------------------------------------
+
+
+def fixture_files(root: Path, repo_id: str, commit: str) -> dict[str, bytes]:
+    """Every file of a fixture repo at COMMIT, by its path in the repo."""
+    folder = root.joinpath(*repo_id.split("/"), commit)
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def add_big_repo(root: Path, repo_id: str, mib: int = 24) -> tuple[str, dict[str, bytes]]:
+    """A repo with one shard larger than huggingface_hub's 10 MiB download chunk, so a cut can resume; returns
+    (its commit, its files)."""
+    build = builder()
+    tensors = [(f"layer.{i}.weight", (1024, 1024)) for i in range(mib // 2)]
+    files = {"config.json": b'{"model_type": "test"}\n', "model.safetensors": build.safetensors_bytes(tensors, 3)}
+    commit = build.commit_sha(repo_id, files)
+    build.write_repo(root, repo_id, commit, files)
+    return commit, files
+
+
+def assert_snapshot_equals(cache: Path, files: dict[str, bytes], repo_id: str, commit: str) -> None:
+    """The snapshot of REPO_ID@COMMIT in the huggingface_hub cache CACHE holds exactly FILES' bytes."""
+    from hf_snapshot import snapshot_folder  # module_utils/, on sys.path through tests/conftest.py
+
+    snapshot = Path(snapshot_folder(str(cache), repo_id, commit))
+    for path, content in files.items():
+        assert (snapshot / path).read_bytes() == content, path

@@ -1,4 +1,7 @@
-"""docker_pull and docker_pull_watch run by real Ansible against this machine's dockerd and a loopback registry.
+"""docker_pull and docker_pull_watch run by real Ansible against this machine's dockerd and a loopback registry:
+pulls by digest and by a moving tag, check mode, what a registry cannot serve, and the background pull with its
+watch loop as the vllm_image role runs it. What the modules do without an engine is tested in-process in
+tests/unit/test_docker_pull_modules.py.
 
 The registry is Debian's docker-registry on 127.0.0.1 (dockerd treats 127.0.0.0/8 as an insecure registry, so
 plain HTTP works), started for this module and killed by its PID. Its images are built here from random bytes
@@ -22,7 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, ansible_tool, run_ansible_module
+from helpers import ROOT, ansible_tool, wait_until
 
 PREFIX = "sparkfleet-helper-test"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
@@ -141,12 +144,11 @@ def registry(tmp_path_factory):
         server = subprocess.Popen(["docker-registry", "serve", str(work / "registry.yml")], stdout=log, stderr=log)
     proxy = None
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        wait_until(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=5).close() or True,
+            f"the registry on 127.0.0.1:{port} answers",
+            [work / "registry.log"],
+        )
         host = f"127.0.0.1:{port}"
         images = {
             "one": (f"{host}/{PREFIX}/app:one", [300_000, 200_000]),
@@ -196,9 +198,15 @@ def ansible_env() -> dict[str, str]:
     )
 
 
-def run_module(module: str, check: bool = False, **args) -> dict:
-    """Run a module ad hoc against localhost and return its result."""
-    return run_ansible_module(module, ansible_env(), " ".join(f"{key}={value}" for key, value in args.items()), check)
+@pytest.fixture
+def ansible_module(run_ansible_module):
+    """ansible_module(module, check=False, **args): run a module ad hoc against localhost, return its result."""
+
+    def run(module: str, check: bool = False, **args) -> dict:
+        arguments = " ".join(f"{key}={value}" for key, value in args.items())
+        return run_ansible_module(module, ansible_env(), arguments, check)
+
+    return run
 
 
 def is_local(reference: str) -> bool:
@@ -212,10 +220,10 @@ def status_of(path: Path) -> dict:
 # --- docker_pull ----------------------------------------------------------------------------------------------
 
 
-def test_pull_by_digest_pulls_once_then_changes_nothing(clean, tmp_path):
+def test_pull_by_digest_pulls_once_then_changes_nothing(ansible_module, clean, tmp_path):
     name, digest = f"{clean['host']}/{PREFIX}/app", clean["digests"]["one"]
     status_file = tmp_path / "run" / "sparkfleet" / "docker-pull.json"
-    first = run_module("docker_pull", name=name, reference=digest, status_file=status_file)
+    first = ansible_module("docker_pull", name=name, reference=digest, status_file=status_file)
     assert not first.get("failed"), first.get("msg")
     assert first["changed"] is True and first["pulled"] is True
     assert first["digest"] == digest
@@ -228,13 +236,13 @@ def test_pull_by_digest_pulls_once_then_changes_nothing(clean, tmp_path):
     assert oct(status_file.stat().st_mode & 0o777) == "0o644"
     assert oct(status_file.parent.stat().st_mode & 0o777) == "0o755"
 
-    second = run_module("docker_pull", name=name, reference=digest, status_file=status_file)
+    second = ansible_module("docker_pull", name=name, reference=digest, status_file=status_file)
     assert second["changed"] is False and second["pulled"] is False
     assert second["image_id"] == first["image_id"] and second["digest"] == digest
     assert status_of(status_file)["state"] == "done"
 
 
-def test_pull_by_tag_returns_the_digest_and_changes_only_when_the_tag_moves(clean, tmp_path):
+def test_pull_by_tag_returns_the_digest_and_changes_only_when_the_tag_moves(ansible_module, clean, tmp_path):
     name = f"{clean['host']}/{PREFIX}/app"
     digests = clean["digests"]
     _, one = manifest(clean["port"], f"{PREFIX}/app", "one")
@@ -242,33 +250,33 @@ def test_pull_by_tag_returns_the_digest_and_changes_only_when_the_tag_moves(clea
     put_tag(clean["port"], f"{PREFIX}/app", "moving", one)
     status_file = tmp_path / "pull.json"
 
-    first = run_module("docker_pull", name=name, reference="moving", status_file=status_file)
+    first = ansible_module("docker_pull", name=name, reference="moving", status_file=status_file)
     assert not first.get("failed"), first.get("msg")
     assert (first["changed"], first["pulled"], first["digest"]) == (True, True, digests["one"])
 
-    again = run_module("docker_pull", name=name, reference="moving", status_file=status_file)
+    again = ansible_module("docker_pull", name=name, reference="moving", status_file=status_file)
     assert (again["changed"], again["pulled"], again["digest"]) == (False, True, digests["one"])
     assert again["image_id"] == first["image_id"]
     assert "Image is up to date" in status_of(status_file)["outcome"]
 
     put_tag(clean["port"], f"{PREFIX}/app", "moving", two)
-    moved = run_module("docker_pull", name=name, reference="moving", status_file=status_file)
+    moved = ansible_module("docker_pull", name=name, reference="moving", status_file=status_file)
     assert (moved["changed"], moved["pulled"], moved["digest"]) == (True, True, digests["two"])
     assert moved["image_id"] != first["image_id"]
 
 
-def test_check_mode_only_inspects(clean, tmp_path):
+def test_check_mode_only_inspects(ansible_module, clean, tmp_path):
     name, digest = f"{clean['host']}/{PREFIX}/app", clean["digests"]["two"]
     status_file = tmp_path / "pull.json"
-    absent = run_module("docker_pull", check=True, name=name, reference=digest, status_file=status_file)
+    absent = ansible_module("docker_pull", check=True, name=name, reference=digest, status_file=status_file)
     assert (absent["changed"], absent["pulled"], absent["image_id"]) == (True, False, None)
-    tag = run_module("docker_pull", check=True, name=name, reference="two", status_file=status_file)
+    tag = ansible_module("docker_pull", check=True, name=name, reference="two", status_file=status_file)
     assert (tag["changed"], tag["pulled"]) == (True, False)
     assert not is_local(f"{name}@{digest}") and not is_local(f"{name}:two")
     assert not status_file.exists()
 
-    run_module("docker_pull", name=name, reference=digest, status_file=status_file)
-    present = run_module("docker_pull", check=True, name=name, reference=digest, status_file=status_file)
+    ansible_module("docker_pull", name=name, reference=digest, status_file=status_file)
+    present = ansible_module("docker_pull", check=True, name=name, reference=digest, status_file=status_file)
     assert (present["changed"], present["pulled"], present["digest"]) == (False, False, digest)
 
 
@@ -282,10 +290,12 @@ def test_check_mode_only_inspects(clean, tmp_path):
     ],
     ids=["unknown-tag", "unknown-repository", "unknown-digest", "lost-layer-mid-stream"],
 )
-def test_a_pull_the_registry_cannot_serve_fails_naming_the_image(clean, tmp_path, repository, reference, words, advice):
+def test_a_pull_the_registry_cannot_serve_fails_naming_the_image(
+    ansible_module, clean, tmp_path, repository, reference, words, advice
+):
     name = f"{clean['host']}/{PREFIX}/{repository}"
     status_file = tmp_path / "pull.json"
-    result = run_module("docker_pull", name=name, reference=reference, status_file=status_file)
+    result = ansible_module("docker_pull", name=name, reference=reference, status_file=status_file)
     assert result["failed"] is True
     assert result["msg"].startswith(f"Pulling {name}{'@' if ':' in reference else ':'}{reference} failed: ")
     assert words in result["msg"] and advice in result["msg"]
@@ -293,113 +303,20 @@ def test_a_pull_the_registry_cannot_serve_fails_naming_the_image(clean, tmp_path
     assert status["state"] == "failed" and words in status["error"]
 
 
-def test_an_unreachable_registry_fails_saying_so(tmp_path):
+def test_an_unreachable_registry_fails_saying_so(ansible_module, tmp_path):
     name = f"127.0.0.1:{free_port()}/{PREFIX}/app"
-    result = run_module("docker_pull", name=name, reference="v1", status_file=tmp_path / "pull.json")
+    result = ansible_module("docker_pull", name=name, reference="v1", status_file=tmp_path / "pull.json")
     assert result["failed"] is True
     assert f"Pulling {name}:v1 failed" in result["msg"]
     assert "connection refused" in result["msg"]
     assert "is reachable from this host" in result["msg"]
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        ({"name": "vllm/vllm-openai:latest", "reference": "latest"}, "give the repository alone in name"),
-        ({"name": "vllm/vllm-openai", "reference": "sha256:abc"}, "starts like a digest"),
-        ({"name": "a/b", "reference": "v1", "docker_socket": "/nonexistent.sock"}, "/nonexistent.sock does not exist"),
-    ],
-    ids=["tag-in-name", "short-digest", "no-socket"],
-)
-def test_bad_input_and_a_missing_engine_are_named(tmp_path, args, message):
-    result = run_module("docker_pull", status_file=tmp_path / "pull.json", **args)
-    assert result["failed"] is True
-    assert message in result["msg"]
-
-
-# --- docker_pull_watch ----------------------------------------------------------------------------------------
-
-
-def write_status(path: Path, **record) -> None:
-    path.write_text(json.dumps(record))
-
-
-def test_watch_without_a_status_file_waits_for_the_pull_to_start(tmp_path):
-    started = time.monotonic()
-    result = run_module("docker_pull_watch", status_file=tmp_path / "none.json", wait_seconds=2)
-    assert time.monotonic() - started >= 2
-    assert (result["changed"], result["done"], result["state"], result["progress"]) == (False, False, None, None)
-    assert result["message"] == "waiting for the pull to start"
-
-
-def test_watch_mid_pull_reports_bytes_layers_and_time_left(tmp_path):
-    now = time.time()
-    path = tmp_path / "pull.json"
-    write_status(
-        path,
-        state="pulling",
-        image="vllm/vllm-openai@sha256:" + "ab12" * 16,
-        started=now - 250,
-        updated=now,
-        layers_total=31,
-        layers_done=12,
-        layers_present=0,
-        layers_downloaded=13,
-        layers_size_known=15,
-        bytes_done=3_125_000_000,
-        bytes_total_known=5_032_258_065,
-        digest=None,
-        outcome=None,
-        error=None,
-    )
-    result = run_module("docker_pull_watch", check=True, status_file=path, wait_seconds=1)
-    assert (result["changed"], result["done"], result["state"]) == (False, False, "pulling")
-    assert result["message"].startswith(
-        "vllm/vllm-openai@sha256:ab12ab12ab12…: 3.1 of about 10.4 GB (12 of 31 layers) after 4m1"
-    )
-    assert result["message"].endswith(", 12.5 MB/s, about 10m left")
-    assert result["progress"]["bytes_done"] == 3_125_000_000
-
-
-@pytest.mark.parametrize(
-    ("state", "error", "message"),
-    [
-        ("done", None, "a/b:v1: done, 4.5 MB downloaded in 2s"),
-        ("failed", "unknown blob", "a/b:v1: the pull failed after 2s: unknown blob"),
-    ],
-)
-def test_watch_on_an_ended_pull_is_done_and_never_fails(tmp_path, state, error, message):
-    path = tmp_path / "pull.json"
-    write_status(
-        path,
-        state=state,
-        image="a/b:v1",
-        started=100.0,
-        updated=102.0,
-        layers_total=4,
-        layers_done=4,
-        layers_present=1,
-        layers_downloaded=3,
-        layers_size_known=3,
-        bytes_done=4_501_893,
-        bytes_total_known=4_501_893,
-        digest=None,
-        outcome=None,
-        error=error,
-    )
-    started = time.monotonic()
-    result = run_module("docker_pull_watch", status_file=path, wait_seconds=30)
-    assert time.monotonic() - started < 20  # an ended pull answers at once
-    assert not result.get("failed")
-    assert (result["changed"], result["done"], result["state"], result["error"]) == (False, True, state, error)
-    assert result["message"].startswith(message)
-
-
 # --- the background pull with a watch loop, as the role runs it -------------------------------------------------
 
 
 def run_background_pull(name: str, reference: str, status_file: Path) -> tuple[int, list[tuple[str, dict]]]:
-    """Run tests/unit/playbooks/pull-in-background.yml; (exit status, [(task name, result)] in order)."""
+    """Run tests/integration/playbooks/pull-in-background.yml; (exit status, [(task name, result)] in order)."""
     extra = {
         "pull_name": name,
         "pull_reference": reference,
@@ -408,7 +325,7 @@ def run_background_pull(name: str, reference: str, status_file: Path) -> tuple[i
     }
     argv = [
         ansible_tool("ansible-playbook"),
-        "tests/unit/playbooks/pull-in-background.yml",
+        "tests/integration/playbooks/pull-in-background.yml",
         "-i",
         "localhost,",
         "-c",

@@ -1,6 +1,7 @@
-"""The fabric_link module, its functions and the spark_fabric role that uses it: two real veth links between two
-network namespaces of this machine stand in for the two halves of the ConnectX-7 port cabled between two Sparks
-(the kernel reports 10000 Mb/s for veth)."""
+"""The fabric_link module and the spark_fabric role that uses it: two real veth links between two network
+namespaces of this machine stand in for the two halves of the ConnectX-7 port cabled between two Sparks (the
+kernel reports 10000 Mb/s for veth). The module runs inside a namespace, so through real Ansible started with
+`ip netns exec`; its functions are tested in-process in tests/unit/test_fabric_link_info.py."""
 
 from __future__ import annotations
 
@@ -13,18 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, ansible_tool
-from fabric_link_info import (
-    ipv4_addresses,
-    ipv4_prefixes,
-    link_problems,
-    mtu_advice,
-    ping_payload,
-    read_link,
-    shared_subnet_advice,
-)
+from helpers import ROOT, ansible_tool
+from helpers.fabric import VETH_SPEED, fake_sysfs
 
-VETH_SPEED = 10000
 # The two halves of the port, each in a subnet of its own; namespace A holds .1, namespace B .2.
 SUBNETS = {"fab0": "10.78.0", "fab1": "10.79.0"}
 BOTH_HALVES = "interfaces=fab0,fab1"
@@ -159,44 +151,7 @@ def test_peer_addresses_must_pair_with_the_halves(cable):
     assert "peer_addresses must give the partner's address on each of ['fab0', 'fab1']" in result["msg"]
 
 
-def test_read_link_finds_the_rdma_devices_behind_each_half(tmp_path: Path):
-    fake_sysfs(tmp_path, {"enp1s0f1np1": "rocep1s0f1", "enP2p1s0f1np1": "roceP2p1s0f1"}, speed=200000, mtu=1500)
-    first, second = (read_link(tmp_path, name) for name in ("enp1s0f1np1", "enP2p1s0f1np1"))
-    assert first["rdma_devices"] == ["rocep1s0f1"] and second["rdma_devices"] == ["roceP2p1s0f1"]
-    assert link_problems(first, 200000, ["192.168.100.10"]) == []  # MTU 1500 is no problem
-    assert link_problems(second, 200000, [])[0].startswith("enP2p1s0f1np1 has no IPv4 address")
-    assert mtu_advice(first, 9000).startswith("enp1s0f1np1 has MTU 1500, below the recommended 9000")
-    assert mtu_advice(first, 1500) is None
-    assert mtu_advice(read_link(tmp_path, "absent0"), 9000) is None
-
-
-def test_ipv4_addresses_and_prefixes_read_ip_json():
-    out = '[{"ifname":"fab0","addr_info":[{"family":"inet","local":"10.78.0.1","prefixlen":24}]}]'
-    assert ipv4_addresses(out) == ["10.78.0.1"]
-    assert ipv4_prefixes(out) == ["10.78.0.1/24"]
-    assert ipv4_addresses("[]") == [] and ipv4_prefixes("") == []
-
-
-def test_halves_in_one_subnet_are_warned_about():
-    assert shared_subnet_advice({"fab0": ["10.78.0.1/24"], "fab1": ["10.79.0.1/24"]}) == []
-    assert shared_subnet_advice({"fab0": ["10.78.0.1/24"], "fab1": ["10.78.0.7/24"]}) == [
-        "fab0 and fab1 both have addresses in 10.78.0.0/24: give each half of the port an address in a subnet of "
-        "its own (NVIDIA's connect-two-sparks netplan, step 3)"
-    ]
-    assert ping_payload(9000) == 8972 and ping_payload(1500) == 1472
-
-
 # The role on both "Sparks" at once: each host's modules run inside its namespace, through an interpreter wrapper.
-
-
-def fake_sysfs(root: Path, rdma_by_interface: dict[str, str], speed: int = VETH_SPEED, mtu: int = 9000) -> Path:
-    """A /sys/class/net with one up port per interface, each with its RDMA device behind it, as on a Spark."""
-    for interface, rdma in rdma_by_interface.items():
-        port = root / interface
-        (port / "device" / "infiniband" / rdma).mkdir(parents=True)
-        for name, value in {"operstate": "up", "carrier": "1", "speed": str(speed), "mtu": str(mtu)}.items():
-            (port / name).write_text(value + "\n", encoding="ascii")
-    return root
 
 
 def run_pair(tmp_path: Path, cable, rdma: bool = False, check: bool = False) -> tuple[int, dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, ansible_tool
+from helpers import ROOT, ansible_tool
 from test_preflight_role import FITS, said
 
 EXAMPLE = ROOT / "inventories" / "fleet-example"
@@ -124,7 +124,7 @@ def test_ends_of_one_cable_with_different_ports_are_refused(nvidia_smi_env, brok
 
 def test_different_recommended_mtus_are_no_refusal(nvidia_smi_env, broken_copy):
     # spark_fabric_mtu only decides when to advise jumbo frames; the MTUs the halves really have are compared once
-    # read (tests/unit/test_fabric_link.py). Here the pair goes on to the link check, which finds no port.
+    # read (tests/integration/test_fabric_link.py). Here the pair goes on to the link check, which finds no port.
     (broken_copy / "host_vars").mkdir()
     (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_mtu: 1500\n", encoding="utf-8")
     done = preflight(nvidia_smi_env("gb10"), broken_copy)

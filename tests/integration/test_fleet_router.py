@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, ansible_tool
-from test_standin_vllm import VLLM, free_port
+from helpers import READY_TIMEOUT_S, ROOT, ansible_tool, log_tails, wait_until
+from helpers.vllm_standin import VLLM, free_port
 
 sys.path.insert(0, str(ROOT / "molecule" / "shared"))
 from fleet_load import Load  # the same client the molecule fleet scenario uses
@@ -27,6 +27,7 @@ from fleet_load import Load  # the same client the molecule fleet scenario uses
 ROLE = ROOT / "roles" / "fleet_router"
 TOOL = ROLE / "files" / "router_workers.py"
 KEY = "fleet-key"
+TOOL_TIMEOUT_S = READY_TIMEOUT_S + 60  # router_workers.py waits up to --wait itself
 STANDIN_ENV = {"VLLM_STANDIN_LOAD_SECONDS": "0.3", "VLLM_STANDIN_DECODE_TOK_S": "200"}
 
 
@@ -36,15 +37,17 @@ class Backend:
     def __init__(self, tmp: Path, model: str) -> None:
         self.model, self.port, self.tmp = model, free_port(), tmp
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp / f"backend-{self.port}.log"
         self.process: subprocess.Popen | None = None
         self.start()
 
     def start(self) -> None:
-        log = (self.tmp / f"backend-{self.port}.log").open("ab")
         argv = [str(VLLM), "serve", "org/" + self.model, "--served-model-name", self.model, "--api-key", KEY]
         argv += ["--host", "127.0.0.1", "--port", str(self.port)]
-        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **STANDIN_ENV})
-        wait_until(lambda: get(self.url + "/health")[0] == 200, 20, f"backend {self.url}")
+        with self.log.open("ab") as log:
+            env = {**os.environ, **STANDIN_ENV}
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        wait_until(lambda: get(self.url + "/health")[0] == 200, f"backend {self.url} healthy", [self.log])
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -64,15 +67,6 @@ def get(url: str, key: str | None = None) -> tuple[int, str]:
         return error.code, error.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return 0, ""
-
-
-def wait_until(check, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {seconds} s")
 
 
 def rendered_unit(tmp: Path, port: int) -> str:
@@ -105,19 +99,21 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     backends = [Backend(tmp, "qwen3-0.6b"), Backend(tmp, "qwen3-0.6b"), Backend(tmp, "model-b")]
     port = free_port()
     unit = rendered_unit(tmp, port)
-    log = (tmp / "router.log").open("wb")
-    router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
+    with (tmp / "router.log").open("wb") as log:
+        router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
     workers = tmp / "workers.json"
     workers.write_text(json.dumps([{"host": f"h{i}", "url": b.url, "model": b.model} for i, b in enumerate(backends)]))
     post = command_of(unit, "ExecStartPost")
     assert post[1] == "/usr/local/lib/sparkfleet/router_workers.py"  # where install.yml puts the role's file
     post[1], post[post.index("--workers") + 1] = str(TOOL), str(workers)
+    post[post.index("--wait") + 1] = str(READY_TIMEOUT_S)  # the unit's 60 s, sized for a loaded 2-core machine
     base = f"http://127.0.0.1:{port}"
     try:
-        started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=90)
-        assert started.returncode == 0, started.stderr
+        started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+        assert started.returncode == 0, started.stderr + log_tails([tmp / "router.log"])
         assert sorted(json.loads(started.stdout)["added"]) == sorted(b.url for b in backends)
-        yield {"base": base, "backends": backends, "workers": workers, "unit": unit, "started": started}
+        logs = [tmp / "router.log", *(backend.log for backend in backends)]
+        yield {"base": base, "backends": backends, "workers": workers, "unit": unit, "started": started, "logs": logs}
     finally:
         router.terminate()
         router.wait(timeout=10)
@@ -129,7 +125,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 def tool(base: str, *args: str) -> dict:
     done = subprocess.run(
-        [sys.executable, str(TOOL), args[0], "--router", base, *args[1:]], capture_output=True, text=True, timeout=120
+        [sys.executable, str(TOOL), args[0], "--router", base, *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -183,17 +182,19 @@ def test_a_second_sync_changes_nothing_and_a_stale_worker_is_removed(fleet):
 
 
 def test_a_killed_backend_is_ejected_and_no_request_sent_after_the_kill_fails(fleet):
-    base, victim = fleet["base"], fleet["backends"][0]
+    base, victim, logs = fleet["base"], fleet["backends"][0], fleet["logs"]
     with Load(base, KEY, "qwen3-0.6b") as load:
-        time.sleep(1)
+        wait_until(lambda: load.ok > 0, "the load's first answers", logs)
         killed_at = time.monotonic()
         victim.kill()
-        wait_until(lambda: health_of(base)[victim.url] is False, 15, "the router ejects the killed backend")
+        wait_until(lambda: health_of(base)[victim.url] is False, "the router ejects the killed backend", logs)
         time.sleep(2)
         victim.start()
-        wait_until(lambda: health_of(base)[victim.url] is True, 30, "the router readmits the backend")
+        wait_until(lambda: health_of(base)[victim.url] is True, "the router readmits the backend", logs)
         served = victim.requests_served()
-        wait_until(lambda: victim.requests_served() > served, 30, "the readmitted backend serves requests again")
+        wait_until(lambda: victim.requests_served() > served, "the readmitted backend serves requests again", logs)
+        # A count of answers, not a rate: the load runs until it has had them, however slow the machine.
+        wait_until(lambda: load.ok > 20, "more than 20 answers through the router", logs)
     # Only an answer the killed server was in the middle of can be lost (a stream cannot be retried half sent).
     assert all(began < killed_at for began in load.failed_started), load.failures
     assert len(load.failures) <= load.workers and load.ok > 20, (load.ok, load.failures[:5])
@@ -204,9 +205,9 @@ def test_a_drained_backend_gets_no_request_until_it_is_admitted_again(fleet):
     assert tool(base, "remove", "--url", drained.url) == {"added": [], "removed": [drained.url]}
     before = drained.requests_served()
     with Load(base, KEY, "qwen3-0.6b") as load:
-        time.sleep(3)
+        wait_until(lambda: load.ok > 10 or load.failures, "more than 10 answers through the router", fleet["logs"])
     assert load.failures == [] and load.ok > 10
     assert drained.requests_served() == before
-    admitted = tool(base, "add", "--url", drained.url, "--model", "qwen3-0.6b", "--wait", "30")
+    admitted = tool(base, "add", "--url", drained.url, "--model", "qwen3-0.6b", "--wait", str(READY_TIMEOUT_S))
     assert admitted == {"added": [drained.url], "removed": [], "healthy": True}
     assert tool(base, "remove", "--url", "http://127.0.0.1:9") == {"added": [], "removed": []}  # absent: no-op

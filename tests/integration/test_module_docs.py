@@ -4,7 +4,7 @@ examples and return values."""
 import subprocess
 
 import pytest
-from conftest import ROOT, ansible_tool
+from helpers import ROOT, ansible_tool
 
 MODULES = sorted(path.stem for path in (ROOT / "library").glob("*.py"))
 

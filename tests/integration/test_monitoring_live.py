@@ -12,7 +12,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -20,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
+from helpers.vllm_standin import FAST, VLLM
 from test_monitoring_rules import PORTS, ROLE, rendered_once
-from test_standin_vllm import FAST, VLLM
 
 PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -47,23 +47,6 @@ def query(expr: str) -> dict:
         return get_json(f"{PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
     except urllib.error.HTTPError as error:
         raise AssertionError(f"Prometheus rejected {expr!r}: {error.read().decode()}") from None
-
-
-def wait_until(check, seconds: float, what: str, logs: tuple[Path, ...] = ()) -> None:
-    """Poll until check() holds. Deadlines are sized for a loaded 2-core CI machine (minutes): a slow machine
-    only waits longer; a service that never gets there fails with the end of its own log."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.2)
-    tails = "".join(
-        f"\n--- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:]) for log in logs
-    )
-    raise AssertionError(f"{what}: not within {seconds} s{tails}")
 
 
 def args_of(default_file: Path) -> list[str]:
@@ -102,9 +85,9 @@ def completion(port: int, max_tokens: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ...]]:
     """Prometheus scraping spark-a's node_exporter and stand-in vLLM (spark-b and spark-c's targets stay down),
-    after the stand-in served a few requests between two scrapes."""
+    after the stand-in served a few requests between two scrapes. Yields the three processes' logs."""
     files = rendered_once(tmp_path_factory)
     tmp = tmp_path_factory.mktemp("monitoring-live")
     env = os.environ | {"VLLM_STANDIN_LOAD_SECONDS": "0.2"} | FAST
@@ -123,14 +106,15 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, P
     try:
         logs = tuple(tmp / name for name in ("node_exporter.log", "vllm.log", "prometheus.log"))
         up = 'up{spark="spark-a"} == 1'
-        wait_until(lambda: len(query(up)["data"]["result"]) == 2, 300, f"both spark-a targets up ({tmp})", logs)
+        wait_until(lambda: len(query(up)["data"]["result"]) == 2, f"both spark-a targets up ({tmp})", logs)
         for max_tokens in (4, 8, 16, 8, 4, 12):
             completion(PORTS["vllm_a"], max_tokens)
         # Counters and histograms must have grown between scrapes for rates and quantiles to have data.
         counted = f'vllm:request_success_total{{model_name="{MODEL}"}}'
-        wait_until(lambda: sum(float(r["value"][1]) for r in query(counted)["data"]["result"]) >= 6, 300, counted, logs)
-        time.sleep(2.5)
-        yield files
+        wait_until(lambda: sum(float(r["value"][1]) for r in query(counted)["data"]["result"]) >= 6, counted, logs)
+        # A scrape after that one: a rate has two samples of the grown counters in its window.
+        wait_until(lambda: query(f"rate({counted}[1m])")["data"]["result"], f"rate({counted}[1m])", logs)
+        yield logs
     finally:
         for process in reversed(processes):
             stop(process)
@@ -183,7 +167,10 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
         groups = get_json(f"{PROM}/api/v1/rules")["data"]["groups"]
         return [rule for group in groups for rule in group["rules"]]
 
-    wait_until(lambda: all(rule.get("lastEvaluation", "").startswith("2") for rule in rules()), 300, "rules evaluated")
+    def evaluated() -> bool:
+        return all(rule.get("lastEvaluation", "").startswith("2") for rule in rules())
+
+    wait_until(evaluated, "every rule evaluated", prometheus)
     assert len(rules()) == 8
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'

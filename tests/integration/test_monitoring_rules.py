@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, ansible_tool
-from test_standin_vllm import free_port
+from helpers import ROOT, ansible_tool
+from helpers.vllm_standin import free_port
 
 ROLE = ROOT / "roles" / "fleet_monitoring"
 TEMPLATES = ROLE / "templates" / "etc"
@@ -101,7 +101,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
-# Free loopback ports, chosen once: tests/unit/test_monitoring_live.py runs Prometheus on this same rendering.
+# Free loopback ports, chosen once: tests/integration/test_monitoring_live.py runs Prometheus on this same rendering.
 PORTS = {name: free_port() for name in ("node_a", "node_b", "node_c", "vllm_a", "vllm_b", "prometheus", "alertmanager")}
 # What a test run changes from the defaults: a Prometheus on loopback that scrapes every second.
 TEST_SETTINGS = {

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import ROOT, ansible_tool
+from helpers import ROOT, ansible_tool
 
 # What makes this x86_64 container-less CI machine pass: a test host, small memory and disk floors.
 FITS = {

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, ansible_tool
-from test_standin_vllm import Server, start_server, stop_server
+from helpers import ROOT, ansible_tool
+from helpers.vllm_standin import Server, start_server, stop_server
 
 MODEL = "nemotron-3-super"  # the recipe's served name: its published table and architecture come along
 KEY = "role-key"

@@ -20,6 +20,7 @@ import yaml
 pytest.importorskip("huggingface_hub")
 pytest.importorskip("safetensors")
 
+from helpers import ROOT, hf_standin
 from huggingface_hub import HfApi, constants, hf_hub_download, snapshot_download
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -29,16 +30,12 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import close_session
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-import hf_standin  # noqa: E402 -- importable only once tests/ is on sys.path
-
 BUILD = hf_standin.builder()
 QWEN = BUILD.QWEN
 SHARD1, SHARD2 = BUILD.SHARDS
 GOOD_TOKEN = BUILD.PRIVATE_TOKEN
 WRONG_TOKEN = "hf_standin_wrong_token_9999"
-RECIPE_REVISION = yaml.safe_load((REPO / "recipes" / "qwen3-0.6b.yml").read_text())["hf_revision"]
+RECIPE_REVISION = yaml.safe_load((ROOT / "recipes" / "qwen3-0.6b.yml").read_text())["hf_revision"]
 
 
 @pytest.fixture(scope="module")

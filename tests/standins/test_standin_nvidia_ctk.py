@@ -16,17 +16,18 @@ import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-STANDIN = REPO_ROOT / "tests" / "standins" / "nvidia-container-toolkit"
+STANDIN = ROOT / "tests" / "standins" / "nvidia-container-toolkit"
 NVIDIA_CTK = STANDIN / "packages" / "nvidia-container-toolkit-base" / "root" / "usr" / "bin" / "nvidia-ctk"
-BUILD_SCRIPT = REPO_ROOT / "tests" / "fixtures" / "build-apt-repo.sh"
+BUILD_SCRIPT = ROOT / "tests" / "fixtures" / "build-apt-repo.sh"
 VERSIONS = ("1.17.7-1", "1.17.8-1")
 PACKAGES = (
     "libnvidia-container1",
@@ -247,28 +248,34 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+# A readiness wait sized for a loaded 2-core machine: a slow start only waits longer; a dead process fails at once.
+START_TIMEOUT_S = 300
+
+
 @contextmanager
 def http_server(directory: Path) -> Iterator[int]:
     """Serve directory on 127.0.0.1 with python -m http.server on a free port; yield the port."""
-    process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(directory), "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        ready, _, _ = select.select([process.stdout], [], [], 15)
-        line = process.stdout.readline() if ready else ""
-        match = re.search(r"port (\d+)", line)
-        assert match, f"http.server did not start: {line!r}"
-        yield int(match.group(1))
-    finally:
-        process.terminate()
+    argv = [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(directory), "0"]
+    with tempfile.TemporaryFile() as log:  # its stderr: one line per request, and why it did not start
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+            line = process.stdout.readline() if ready else ""
+            match = re.search(r"port (\d+)", line)
+            if not match:
+                log.seek(0)
+                said = log.read().decode(errors="replace")
+                raise AssertionError(
+                    f"http.server did not start within {START_TIMEOUT_S} s: {line!r}; its log:\n{said}"
+                )
+            yield int(match.group(1))
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 class AptRoot:

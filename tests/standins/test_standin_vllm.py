@@ -13,115 +13,41 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
+from helpers.vllm_standin import (
+    API_KEY,
+    FAST,
+    STANDIN_DIR,
+    VLLM,
+    Server,
+    free_port,
+    port_open,
+    request,
+    sse_events,
+    start_server,
+    stop_server,
+    wait_healthy,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-STANDIN_DIR = REPO / "tests" / "standins" / "vllm"
-VLLM = STANDIN_DIR / "vllm"
-FLAGS_FILE = REPO / "recipes" / "vllm-serve-flags.txt"
+FLAGS_FILE = ROOT / "recipes" / "vllm-serve-flags.txt"
+# How long a process may take to exit once it should (its peer went away, its start was refused): generous, as
+# a loaded 2-core machine is slow to end a Python process too; one that exits in time is not waited for.
+EXIT_TIMEOUT_S = 60
 
 sys.path.insert(0, str(STANDIN_DIR))
-from vllm_standin.flags import (  # noqa: E402 -- importable only once its directory is on sys.path
+import vllm_standin.engine as engine_module  # noqa: E402 -- importable only once its directory is on sys.path
+from vllm_standin.config import build_config  # noqa: E402
+from vllm_standin.engine import Engine, GenerationRequest, TokenEvent  # noqa: E402
+from vllm_standin.flags import (  # noqa: E402
     UsageError,
     load_flag_table,
     normalize_argv,
     parse_serve_args,
 )
-
-API_KEY = "test-key-123"
-FAST = {"VLLM_STANDIN_PREFILL_TOK_S": "1000000", "VLLM_STANDIN_DECODE_TOK_S": "100000"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[bytes]
-    port: int
-    started: float
-    log: Path
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-def start_server(tmp: Path, args: list[str], env: dict[str, str], wait: bool = True) -> Server:
-    port = free_port()
-    log = tmp / f"vllm-{port}.log"
-    environment = {**os.environ, **env}
-    environment.pop("VLLM_API_KEY", None)
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(VLLM), "serve", *args, "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment,
-        )
-    server = Server(process=process, port=port, started=time.monotonic(), log=log)
-    if wait:
-        wait_healthy(server)
-    return server
-
-
-def wait_healthy(server: Server, timeout: float = 180.0) -> None:
-    # Generous: a busy 2-core CI machine can take long to start Python; a dead process fails at once.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert server.process.poll() is None, server.log.read_text()
-        try:
-            with urllib.request.urlopen(server.base + "/health", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.05)
-    raise AssertionError(f"stand-in not healthy after {timeout} s:\n{server.log.read_text()}")
-
-
-def stop_server(server: Server) -> None:
-    """Stop only the process this test started."""
-    if server.process.poll() is None:
-        server.process.terminate()
-        try:
-            server.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-
-
-def request(
-    server: Server, method: str, path: str, body: object | None = None, key: str | None = API_KEY
-) -> tuple[int, bytes, dict[str, str]]:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"content-type": "application/json"}
-    if key:
-        headers["authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(server.base + path, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as response:
-            return response.status, response.read(), dict(response.headers)
-    except urllib.error.HTTPError as error:
-        return error.code, error.read(), dict(error.headers)
-
-
-def sse_events(raw: bytes) -> list[str]:
-    return [line[len("data: ") :] for line in raw.decode().split("\n") if line.startswith("data: ")]
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -501,56 +427,72 @@ def test_max_num_seqs_queues_and_decode_rate_paces(tmp_path: Path) -> None:
 
         def run(name: str) -> None:
             begin = time.monotonic()
-            status, _, _ = request(started, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 13}, key=None)
+            status, _, _ = request(started, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 41}, key=None)
             results[name] = (status, time.monotonic() - begin)
+
+        def gauge(name: str) -> float:
+            return metric(request(started, "GET", "/metrics", key=None)[1].decode(), name)
 
         first = threading.Thread(target=run, args=("first",))
         first.start()
-        time.sleep(0.1)
+        # The second request is sent once the first holds the only slot; the first then decodes for about 1 s.
+        while first.is_alive() and gauge("vllm:num_requests_running") < 1:
+            time.sleep(0.01)
         second = threading.Thread(target=run, args=("second",))
         second.start()
         seen_waiting = 0.0
         while first.is_alive():
-            page = request(started, "GET", "/metrics", key=None)[1].decode()
-            seen_waiting = max(seen_waiting, metric(page, "vllm:num_requests_waiting"))
+            seen_waiting = max(seen_waiting, gauge("vllm:num_requests_waiting"))
             time.sleep(0.03)
         first.join()
         second.join()
-        assert seen_waiting == 1.0
+        assert seen_waiting == 1.0  # the second waited for the only slot
         assert results["first"][0] == results["second"][0] == 200
-        assert results["first"][1] >= 12 / 40  # 13 tokens: the first at prefill, then 12 at 40 tok/s
-        assert results["second"][1] >= results["first"][1]  # it waited for the only slot
+        # A lower bound, which the pacing makes hold on any machine: 41 tokens, the first at prefill, 40 at 40 tok/s.
+        assert results["first"][1] >= 40 / 40
     finally:
         stop_server(started)
 
 
-def timed_completion(server: Server, max_tokens: int) -> float:
-    begin = time.monotonic()
-    status, _, _ = request(server, "POST", "/v1/completions", {"prompt": "p", "max_tokens": max_tokens}, key=None)
-    assert status == 200
-    return time.monotonic() - begin
+def test_batch_cost_slows_requests_that_decode_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine on a clock of its own, so the figures are exact on any machine: 21 tokens = 20 intervals, 0.5 s
+    alone at 40 tok/s; two requests decoding together each wait (1 + 1 x 1.0) / 40 = 50 ms per token, 1.0 s."""
+    for name, value in {"VLLM_STANDIN_PREFILL_TOK_S": "100000", "VLLM_STANDIN_DECODE_TOK_S": "40"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("VLLM_STANDIN_BATCH_COST", "1.0")
+    clock = FakeClock()
+    monkeypatch.setattr(engine_module, "time", clock)
+    engine = Engine(build_config(parse_serve_args(["m", "--max-num-seqs", "4"], load_flag_table(FLAGS_FILE))))
+
+    def tokens(request_id: str) -> Iterator[TokenEvent]:
+        return engine.generate(GenerationRequest(request_id, ("p",), 1, 21, True, clock.monotonic()))
+
+    began = clock.monotonic()
+    assert len(list(tokens("alone"))) == 21
+    assert clock.monotonic() - began == pytest.approx(0.5, abs=1e-3)
+
+    began = clock.monotonic()
+    together = [tokens("a"), tokens("b")]
+    counts = [0, 0]
+    for _ in range(21):  # both decode at once: one token of each in turn
+        for index, stream in enumerate(together):
+            next(stream)
+            counts[index] += 1
+    assert counts == [21, 21] and all(next(stream, None) is None for stream in together)
+    assert clock.monotonic() - began == pytest.approx(1.0, abs=1e-3)
 
 
-def test_batch_cost_slows_requests_that_decode_together(tmp_path: Path) -> None:
-    # 21 tokens = 20 intervals: 0.5 s alone at 40 tok/s; two together wait (1 + 1 x 1.0) / 40 = 50 ms per token.
-    env = {
-        "VLLM_STANDIN_LOAD_SECONDS": "0.1",
-        "VLLM_STANDIN_PREFILL_TOK_S": "100000",
-        "VLLM_STANDIN_DECODE_TOK_S": "40",
-    }
-    started = start_server(tmp_path, ["m", "--max-num-seqs", "4"], {**env, "VLLM_STANDIN_BATCH_COST": "1.0"})
-    try:
-        alone = timed_completion(started, 21)
-        durations: list[float] = []
-        threads = [threading.Thread(target=lambda: durations.append(timed_completion(started, 21))) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert 0.5 <= alone < 0.6
-        assert all(0.95 <= duration < 1.15 for duration in durations), durations
-    finally:
-        stop_server(started)
+class FakeClock:
+    """time.monotonic and time.sleep for the engine: sleeping moves the clock, and nothing else does."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def test_ignore_stream_options_sends_no_usage_chunk(tmp_path: Path) -> None:
@@ -572,7 +514,7 @@ def test_offline_start_needs_the_snapshot_in_the_hf_cache(tmp_path: Path) -> Non
     env = {**FAST, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VLLM_STANDIN_LOAD_SECONDS": "0"}
     args = ["Qwen/Qwen3-0.6B", "--revision", revision]
     missing = start_server(tmp_path, args, env, wait=False)
-    assert missing.process.wait(timeout=10) == 1
+    assert missing.process.wait(timeout=EXIT_TIMEOUT_S) == 1
     assert "LocalEntryNotFoundError" in missing.log.read_text()
 
     snapshot = tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "snapshots" / revision
@@ -643,8 +585,8 @@ def test_the_head_serves_only_once_its_worker_joined_and_dies_with_it(tmp_path: 
         # The worker connected from its VLLM_HOST_IP, as vLLM pins its sockets to that address.
         assert "node rank 1 joined from 127.0.0.2" in head.log.read_text()
         worker.terminate()
-        assert worker.wait(timeout=5) == 0
-        assert head.process.wait(timeout=5) == 1  # the collective broke: the engine, and the server, exit
+        assert worker.wait(timeout=EXIT_TIMEOUT_S) == 0
+        assert head.process.wait(timeout=EXIT_TIMEOUT_S) == 1  # the collective broke: the engine, and the server, exit
         assert "went away" in head.log.read_text()
     finally:
         stop_server(head)
@@ -659,9 +601,9 @@ def test_a_worker_of_another_model_is_refused_by_name(tmp_path: Path) -> None:
     head = start_server(tmp_path, head_args, {**FAST, "VLLM_STANDIN_JOIN_TIMEOUT": "3"}, wait=False)
     worker = start_worker(tmp_path, master_port, model="other")
     try:
-        assert worker.wait(timeout=10) == 1
+        assert worker.wait(timeout=EXIT_TIMEOUT_S) == 1
         assert "its model is 'other', the head's is 'm'" in head.log.read_text()
-        assert head.process.wait(timeout=10) == 1  # nobody valid joined before the timeout
+        assert head.process.wait(timeout=EXIT_TIMEOUT_S) == 1  # nobody valid joined before the timeout
     finally:
         for process in (head.process, worker):
             if process.poll() is None:
@@ -672,5 +614,5 @@ def test_a_worker_of_another_model_is_refused_by_name(tmp_path: Path) -> None:
 def test_a_master_address_that_is_not_the_heads_fails_at_once(tmp_path: Path) -> None:
     args = ["m", "--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "203.0.113.1"]
     head = start_server(tmp_path, args, FAST, wait=False)
-    assert head.process.wait(timeout=10) == 1
+    assert head.process.wait(timeout=EXIT_TIMEOUT_S) == 1
     assert "cannot host the rendezvous on --master-addr 203.0.113.1" in head.log.read_text()

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from conftest import ROOT
-from test_standin_vllm import FAST, Server, request, sse_events, start_server, stop_server
+from helpers import ROOT
+from helpers.vllm_standin import FAST, Server, request, sse_events, start_server, stop_server
 
 CONTRACT = ROOT / "tests" / "contracts" / "vllm"
 SCHEMAS = json.loads((CONTRACT / "openai-schemas.json").read_text())["schemas"]

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from helpers import ROOT
 
 ROLES = sorted(path.name for path in (ROOT / "roles").iterdir() if (path / "tasks" / "main.yml").exists())
 

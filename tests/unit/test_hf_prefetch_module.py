@@ -1,26 +1,24 @@
-"""hf_prefetch through real Ansible against the stand-in Hugging Face Hub (tests/standins/hf_hub) on loopback:
-a clean download, a rerun that changes nothing, a cut connection, a killed client, bytes damaged on the way, a
-truncated shard, a broken index, a wrong token, a missing revision, a full disk, check mode and the peer
-verification of the fleet fan-out."""
+"""hf_prefetch in-process (tests/unit/conftest.py's run_module) against the stand-in Hugging Face Hub
+(tests/standins/hf_hub) on loopback: a clean download, a rerun that changes nothing, a cut connection, bytes
+damaged on the way, a truncated shard, a broken index, a wrong token, a missing revision, a full disk, check mode
+and the peer verification of the fleet fan-out. A run killed mid-download, and the -vvv output that must not
+show a token, need Ansible's own processes: tests/integration/test_hf_prefetch_ansible.py."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-from conftest import ROOT, ansible_tool, run_ansible_module
-
-sys.path.insert(0, str(ROOT / "tests"))
 import hf_snapshot as snap
-import hf_standin
+import pytest
+from helpers import ROOT, hf_standin
+from helpers.hf_standin import add_big_repo, assert_snapshot_equals
 
 build = hf_standin.builder()
 QWEN = build.QWEN
@@ -38,6 +36,34 @@ def hub(tmp_path_factory):
         yield url, root
 
 
+@pytest.fixture(scope="module", autouse=True)
+def huggingface_hub_as_hf_prefetch_imports_it(hub):
+    """huggingface_hub reads its HF_* settings once, when it is imported, and hf_prefetch sets them just before its
+    first import of it, in a process of its own. In this process another test file may have imported it already,
+    under other settings: these tests get a huggingface_hub imported afresh under hf_prefetch's settings (its own
+    prepare_environment), and the one from before is put back afterwards."""
+
+    def ours() -> list[str]:
+        return [name for name in sys.modules if name.split(".")[0] == "huggingface_hub"]
+
+    before = {name: sys.modules.pop(name) for name in ours()}
+    spec = importlib.util.spec_from_file_location("hf_prefetch_settings", ROOT / "library" / "hf_prefetch.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    environ = dict(os.environ)
+    os.environ.pop("HF_TOKEN", None)  # as the prefetch fixture does for every run
+    try:
+        module.prepare_environment({"endpoint": hub[0], "xet": "auto"})
+        import huggingface_hub  # noqa: F401 -- it reads its settings now
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+    yield
+    for name in ours():
+        del sys.modules[name]
+    sys.modules.update(before)
+
+
 @pytest.fixture(autouse=True)
 def clean_hub(hub):
     url, root = hub
@@ -47,36 +73,29 @@ def clean_hub(hub):
     hf_standin.set_faults(root, [])
 
 
-def module_env() -> dict[str, str]:
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(ROOT / "library"), ANSIBLE_MODULE_UTILS=str(ROOT / "module_utils"))
-    env.pop("HF_TOKEN", None)
-    return env
+@pytest.fixture
+def prefetch(run_module, monkeypatch):
+    """prefetch(cache, endpoint, check=False, **options): hf_prefetch's result for QWEN@COMMIT by default, with
+    no token from this machine's environment."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
 
+    def run(cache: Path, endpoint: str, check: bool = False, **options) -> dict:
+        args = {"repo_id": QWEN, "revision": COMMIT, "cache_dir": str(cache), "endpoint": endpoint}
+        args.update({"status_file": str(cache.parent / "status.json"), "disk_reserve_gib": 0, **options})
+        return run_module("hf_prefetch", args, check_mode=check)
 
-def prefetch(cache: Path, endpoint: str, check: bool = False, **options) -> dict:
-    args = {"repo_id": QWEN, "revision": COMMIT, "cache_dir": str(cache), "endpoint": endpoint}
-    args.update({"status_file": str(cache.parent / "status.json"), "disk_reserve_gib": 0, **options})
-    return run_ansible_module("hf_prefetch", module_env(), json.dumps(args), check)
-
-
-def ansible_argv(args: dict, *extra: str) -> list[str]:
-    """`ansible localhost -m hf_prefetch -a JSON`, for runs that need the raw process or output."""
-    inventory = ["localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"]
-    return [ansible_tool("ansible"), *inventory, *extra, "-m", "hf_prefetch", "-a", json.dumps(args)]
+    return run
 
 
 def fixture_files(root: Path, repo_id: str = QWEN, commit: str = COMMIT) -> dict[str, bytes]:
-    folder = root.joinpath(*repo_id.split("/"), commit)
-    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+    return hf_standin.fixture_files(root, repo_id, commit)
 
 
-def assert_snapshot_equals(cache: Path, files: dict[str, bytes], repo_id: str = QWEN, commit: str = COMMIT):
-    snapshot = Path(snap.snapshot_folder(str(cache), repo_id, commit))
-    for path, content in files.items():
-        assert (snapshot / path).read_bytes() == content, path
+def assert_snapshot_is(cache: Path, files: dict[str, bytes], repo_id: str = QWEN, commit: str = COMMIT) -> None:
+    assert_snapshot_equals(cache, files, repo_id, commit)
 
 
-def test_a_clean_download_lands_in_the_hf_cache_verified_and_a_rerun_changes_nothing(hub, tmp_path):
+def test_a_clean_download_lands_in_the_hf_cache_verified_and_a_rerun_changes_nothing(prefetch, hub, tmp_path):
     url, root = hub
     cache = tmp_path / "hub"
     first = prefetch(cache, url)
@@ -86,7 +105,7 @@ def test_a_clean_download_lands_in_the_hf_cache_verified_and_a_rerun_changes_not
     assert first["commit"] == COMMIT
     assert sorted(first["downloaded"]) == sorted(files)
     assert first["bytes_downloaded"] == first["bytes_total"] == sum(len(c) for c in files.values())
-    assert_snapshot_equals(cache, files)
+    assert_snapshot_is(cache, files)
     shard_sha = hashlib.sha256(files[SHARD]).hexdigest()
     assert {"path": SHARD, "size": len(files[SHARD]), "sha256": shard_sha} in first["manifest"]["files"]
     marker = json.loads(Path(first["marker"]).read_text())
@@ -101,7 +120,31 @@ def test_a_clean_download_lands_in_the_hf_cache_verified_and_a_rerun_changes_not
     assert hf_standin.stats(url)["get_requests"] == len(files)
 
 
-def test_check_mode_reports_what_would_be_downloaded_and_writes_nothing(hub, tmp_path):
+def test_marker_only_recognises_a_verified_snapshot_and_otherwise_asks_for_a_fetch(prefetch, hub, tmp_path):
+    # The quick synchronous look model_weights takes before it starts a fetch in the background: never the Hub.
+    url, root = hub
+    cache = tmp_path / "hub"
+    before = prefetch(cache, DEAD_ENDPOINT, marker_only=True)
+    assert before.get("failed") is not True, before.get("msg")
+    assert before["changed"] is False and before["fetch_needed"] is True
+    assert not cache.exists() or not any(cache.rglob("*.safetensors"))
+
+    fetched = prefetch(cache, url)
+    assert fetched["changed"] is True and fetched["fetch_needed"] is False
+    after = prefetch(cache, DEAD_ENDPOINT, marker_only=True)
+    assert after["changed"] is False and after["fetch_needed"] is False and after["verified"] == "marker"
+    assert after["snapshot_path"] == fetched["snapshot_path"]
+
+    # A shard gone from the snapshot: the marker no longer holds, so a full run must look again.
+    next(Path(fetched["snapshot_path"]).glob("*.safetensors")).unlink()
+    gone = prefetch(cache, DEAD_ENDPOINT, marker_only=True)
+    assert gone["fetch_needed"] is True and gone["changed"] is False
+    # A branch cannot be settled without the Hub: marker_only asks for a full run rather than asking the Hub.
+    branch = prefetch(cache, DEAD_ENDPOINT, marker_only=True, revision="main")
+    assert branch["fetch_needed"] is True and branch.get("failed") is not True
+
+
+def test_check_mode_reports_what_would_be_downloaded_and_writes_nothing(prefetch, hub, tmp_path):
     url, root = hub
     cache = tmp_path / "hub"
     result = prefetch(cache, url, check=True)
@@ -113,22 +156,13 @@ def test_check_mode_reports_what_would_be_downloaded_and_writes_nothing(hub, tmp
     assert hf_standin.stats(url)["get_requests"] == 0
 
 
-def test_a_branch_is_resolved_to_its_commit(hub, tmp_path):
+def test_a_branch_is_resolved_to_its_commit(prefetch, hub, tmp_path):
     url, _root = hub
     result = prefetch(tmp_path / "hub", url, revision="main")
     assert result["commit"] == COMMIT and result["changed"] is True
 
 
-def add_big_repo(root: Path, repo_id: str, mib: int = 24) -> tuple[str, dict[str, bytes]]:
-    """A repo with one shard larger than huggingface_hub's 10 MiB download chunk, so a cut can resume."""
-    tensors = [(f"layer.{i}.weight", (1024, 1024)) for i in range(mib // 2)]
-    files = {"config.json": b'{"model_type": "test"}\n', "model.safetensors": build.safetensors_bytes(tensors, 3)}
-    commit = build.commit_sha(repo_id, files)
-    build.write_repo(root, repo_id, commit, files)
-    return commit, files
-
-
-def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(hub, tmp_path):
+def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(prefetch, hub, tmp_path):
     url, root = hub
     commit, files = add_big_repo(root, "sparkfleet-test/big-shard")
     cut_at = 15 * 2**20  # past the first whole 10 MiB chunk, which the client keeps
@@ -138,7 +172,7 @@ def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(hub, tmp_path
     result = prefetch(tmp_path / "hub", url, repo_id="sparkfleet-test/big-shard", revision=commit)
     assert result.get("failed") is not True, result.get("msg")
     assert result["refetched"] == []
-    assert_snapshot_equals(tmp_path / "hub", files, "sparkfleet-test/big-shard", commit)
+    assert_snapshot_is(tmp_path / "hub", files, "sparkfleet-test/big-shard", commit)
     stats = hf_standin.stats(url)
     assert stats["faults_applied"] == 1 and stats["range_requests"] == 1
     # Resumed, not restarted: less than the file plus the bytes before the cut crossed the wire.
@@ -147,72 +181,16 @@ def test_a_connection_cut_mid_file_is_resumed_with_a_range_request(hub, tmp_path
     )
 
 
-def kill_process_groups_mentioning(text: str) -> None:
-    """SIGKILL every process whose command line holds TEXT, with its process group. Ansible's worker process
-    starts a session of its own (setsid) and runs the module in it; the main process stays in ours, so it alone
-    is killed by pid."""
-    for proc in Path("/proc").iterdir():
-        try:
-            if not (proc.name.isdigit() and text in (proc / "cmdline").read_text(errors="replace")):
-                continue
-            pid = int(proc.name)
-            group = os.getpgid(pid)
-            if group == os.getpgrp():
-                os.kill(pid, signal.SIGKILL)
-            else:
-                os.killpg(group, signal.SIGKILL)
-        except (OSError, ProcessLookupError):
-            pass
-
-
-def test_a_killed_run_leaves_an_orphan_that_the_next_run_removes_before_completing(hub, tmp_path):
-    url, root = hub
-    commit, files = add_big_repo(root, "sparkfleet-test/killed")
-    hf_standin.set_faults(
-        root,
-        [
-            {
-                "repo": "sparkfleet-test/killed",
-                "path": "model.safetensors",
-                "kind": "stall",
-                "offset": 12 * 2**20,
-                "seconds": 60,
-            }
-        ],
-    )
-    cache = tmp_path / "hub"
-    args = {"repo_id": "sparkfleet-test/killed", "revision": commit, "cache_dir": str(cache), "endpoint": url,
-            "status_file": str(tmp_path / "status.json"), "disk_reserve_gib": 0, "max_workers": 1}  # fmt: skip
-    run = subprocess.Popen(ansible_argv(args), env=module_env(), cwd=ROOT, stdout=subprocess.DEVNULL)
-    blobs = Path(snap.repo_folder(str(cache), "sparkfleet-test/killed")) / "blobs"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(p.stat().st_size >= 10 * 2**20 for p in blobs.glob("*.incomplete")):
-        time.sleep(0.2)
-    kill_process_groups_mentioning(str(cache))  # ansible and the module it started, as a kill -9 would
-    run.wait()
-    orphans = list(blobs.glob("*.incomplete"))
-    assert len(orphans) == 1 and orphans[0].stat().st_size >= 10 * 2**20
-
-    hf_standin.set_faults(root, [])
-    result = prefetch(cache, url, repo_id="sparkfleet-test/killed", revision=commit)
-    assert result.get("failed") is not True, result.get("msg")
-    assert result["orphans_removed"] == [str(orphans[0])]
-    assert not list(blobs.glob("*.incomplete"))
-    # The file that had completed before the kill was kept; only the unfinished one was fetched.
-    assert result["downloaded"] == ["model.safetensors"]
-    assert_snapshot_equals(cache, files, "sparkfleet-test/killed", commit)
-
-
-def test_a_byte_flipped_on_the_way_is_detected_refetched_once_and_then_passes(hub, tmp_path):
+def test_a_byte_flipped_on_the_way_is_detected_refetched_once_and_then_passes(prefetch, hub, tmp_path):
     url, root = hub
     hf_standin.set_faults(root, [{"repo": QWEN, "path": SHARD, "kind": "flip", "offset": 1_000_000}])
     result = prefetch(tmp_path / "hub", url)
     assert result.get("failed") is not True, result.get("msg")
     assert result["refetched"] == [SHARD]
-    assert_snapshot_equals(tmp_path / "hub", fixture_files(root))
+    assert_snapshot_is(tmp_path / "hub", fixture_files(root))
 
 
-def test_a_source_that_keeps_serving_a_flipped_byte_fails_naming_the_file_and_the_hash(hub, tmp_path):
+def test_a_source_that_keeps_serving_a_flipped_byte_fails_naming_the_file_and_the_hash(prefetch, hub, tmp_path):
     url, root = hub
     hf_standin.set_faults(root, [{"repo": QWEN, "path": SHARD, "kind": "flip", "offset": 1_000_000, "times": 2}])
     result = prefetch(tmp_path / "hub", url)
@@ -222,7 +200,7 @@ def test_a_source_that_keeps_serving_a_flipped_byte_fails_naming_the_file_and_th
     assert not Path(snap.marker_path(str(tmp_path / "hub"), QWEN, COMMIT)).exists()
 
 
-def test_a_shard_truncated_on_disk_after_verification_is_found_and_refetched(hub, tmp_path):
+def test_a_shard_truncated_on_disk_after_verification_is_found_and_refetched(prefetch, hub, tmp_path):
     url, root = hub
     cache = tmp_path / "hub"
     first = prefetch(cache, url)
@@ -231,10 +209,10 @@ def test_a_shard_truncated_on_disk_after_verification_is_found_and_refetched(hub
     again = prefetch(cache, url)
     assert again.get("failed") is not True, again.get("msg")
     assert again["changed"] is True and again["downloaded"] == [SHARD]
-    assert_snapshot_equals(cache, fixture_files(root))
+    assert_snapshot_is(cache, fixture_files(root))
 
 
-def test_a_repository_whose_shard_is_truncated_at_the_source_fails_on_its_header(hub, tmp_path):
+def test_a_repository_whose_shard_is_truncated_at_the_source_fails_on_its_header(prefetch, hub, tmp_path):
     url, root = hub
     files = fixture_files(root)
     files[SHARD] = files[SHARD][: len(files[SHARD]) // 2]  # the Hub's own hashes describe the short file
@@ -246,7 +224,7 @@ def test_a_repository_whose_shard_is_truncated_at_the_source_fails_on_its_header
     assert "MetadataIncompleteBuffer" in result["msg"]
 
 
-def test_an_index_naming_a_tensor_no_shard_holds_fails_as_a_broken_repository(hub, tmp_path):
+def test_an_index_naming_a_tensor_no_shard_holds_fails_as_a_broken_repository(prefetch, hub, tmp_path):
     url, root = hub
     commit = json.loads((root / build.BROKEN / "repo.json").read_text())["refs"]["main"]
     result = prefetch(tmp_path / "hub", url, repo_id=build.BROKEN, revision=commit)
@@ -255,24 +233,7 @@ def test_an_index_naming_a_tensor_no_shard_holds_fails_as_a_broken_repository(hu
     assert "pin another revision" in result["msg"]
 
 
-def test_a_wrong_token_gives_a_clear_error_and_never_shows_the_token(hub, tmp_path):
-    url, _root = hub
-    token = "hf_wrong_token_that_must_not_leak_5e1a"
-    args = {"repo_id": build.PRIVATE, "revision": "main", "cache_dir": str(tmp_path / "hub"), "endpoint": url,
-            "token": token, "status_file": str(tmp_path / "status.json")}  # fmt: skip
-    done = subprocess.run(
-        ansible_argv(args, "-vvv"), env=module_env(), cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode != 0
-    assert "refused the token (HTTP 401)" in done.stdout
-    assert token not in done.stdout + done.stderr
-    assert token not in (tmp_path / "status.json").read_text()
-
-    good = prefetch(tmp_path / "hub", url, repo_id=build.PRIVATE, revision="main", token=build.PRIVATE_TOKEN)
-    assert good.get("failed") is not True, good.get("msg")
-
-
-def test_patterns_that_leave_no_safetensors_file_are_refused(hub, tmp_path):
+def test_patterns_that_leave_no_safetensors_file_are_refused(prefetch, hub, tmp_path):
     url, _root = hub
     result = prefetch(tmp_path / "hub", url, ignore_patterns=["*.safetensors"])
     assert result["failed"] is True
@@ -281,21 +242,21 @@ def test_patterns_that_leave_no_safetensors_file_are_refused(hub, tmp_path):
     )
 
 
-def test_a_missing_revision_is_named(hub, tmp_path):
+def test_a_missing_revision_is_named(prefetch, hub, tmp_path):
     url, _root = hub
     result = prefetch(tmp_path / "hub", url, revision="no-such-branch")
     assert result["failed"] is True
     assert "revision 'no-such-branch' does not exist in Qwen/Qwen3-0.6B" in result["msg"]
 
 
-def test_a_missing_repository_is_named(hub, tmp_path):
+def test_a_missing_repository_is_named(prefetch, hub, tmp_path):
     url, _root = hub
     result = prefetch(tmp_path / "hub", url, repo_id="nobody/nothing", revision="main")
     assert result["failed"] is True
     assert "nobody/nothing was not found on" in result["msg"]
 
 
-def test_a_disk_too_small_is_refused_before_any_byte_is_downloaded(hub, tmp_path):
+def test_a_disk_too_small_is_refused_before_any_byte_is_downloaded(prefetch, hub, tmp_path):
     url, _root = hub
     result = prefetch(tmp_path / "hub", url, disk_reserve_gib=10**9)
     assert result["failed"] is True
@@ -313,13 +274,13 @@ def test_a_disk_too_small_is_refused_before_any_byte_is_downloaded(hub, tmp_path
         ({"manifest": {"commit": "main", "files": []}}, "is not a 40-hex commit id"),
     ],
 )
-def test_bad_input_is_named(tmp_path, args, words):
+def test_bad_input_is_named(run_module, tmp_path, args, words):
     options = {"repo_id": QWEN, "cache_dir": str(tmp_path), **args}
-    result = run_ansible_module("hf_prefetch", module_env(), json.dumps(options))
+    result = run_module("hf_prefetch", options)
     assert result["failed"] is True and words in result["msg"]
 
 
-def test_a_peer_verifies_what_it_received_against_the_origins_manifest(hub, tmp_path):
+def test_a_peer_verifies_what_it_received_against_the_origins_manifest(prefetch, hub, tmp_path):
     url, _root = hub
     origin = tmp_path / "origin"
     manifest = prefetch(origin, url)["manifest"]
@@ -352,24 +313,24 @@ def test_a_peer_verifies_what_it_received_against_the_origins_manifest(hub, tmp_
     assert missing["failed"] is True and "did not arrive from the origin host: config.json" in missing["msg"]
 
 
-def test_the_watcher_reports_progress_and_stops_at_the_end(tmp_path):
+def test_the_watcher_reports_progress_and_stops_at_the_end(run_module, watch_clock, tmp_path):
     status = tmp_path / "status.json"
-    args = json.dumps({"status_file": str(status), "wait_seconds": 0})
-    nothing = run_ansible_module("hf_prefetch_watch", module_env(), args)
+    args = {"status_file": str(status), "wait_seconds": 0}
+    nothing = run_module("hf_prefetch_watch", args)
     assert nothing["done"] is False and nothing["message"] == "waiting for the prefetch to start"
     record = snap.progress_record(
         "downloading", QWEN, time.time() - 60, commit=COMMIT, bytes_total=4_000_000_000, bytes_done=1_000_000_000,
         files_total=4, files_done=1,
     )  # fmt: skip
     snap.write_json_atomically(str(status), record)
-    running = run_ansible_module(
-        "hf_prefetch_watch", module_env(), json.dumps({"status_file": str(status), "wait_seconds": 2})
-    )
+    waited_from = watch_clock.monotonic()
+    running = run_module("hf_prefetch_watch", {"status_file": str(status), "wait_seconds": 2})
     assert running["done"] is False and running["changed"] is False
+    assert watch_clock.monotonic() - waited_from == 2  # a running prefetch: the whole wait, then a line
     assert running["message"].startswith(
         "Qwen/Qwen3-0.6B@c1899de: downloading 1.0 GB of 4.0 GB (1 of 4 files) after 1m"
     )
     assert "MB/s, about " in running["message"]
     snap.write_json_atomically(str(status), dict(record, state="done", bytes_done=record["bytes_total"]))
-    ended = run_ansible_module("hf_prefetch_watch", module_env(), args)
+    ended = run_module("hf_prefetch_watch", args)
     assert ended["done"] is True and ended["state"] == "done"

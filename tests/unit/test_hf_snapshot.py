@@ -288,7 +288,7 @@ def test_progress_message_gives_bytes_files_rate_and_time_left():
 
 def test_the_spark_venv_pins_the_versions_the_tests_run():
     """hf_prefetch is tested here with requirements-dev.txt's libraries; a Spark's venv must get the same ones."""
-    from conftest import ROOT
+    from helpers import ROOT
 
     role = yaml.safe_load((ROOT / "roles" / "model_weights" / "defaults" / "main.yml").read_text())
     dev = {line.strip() for line in (ROOT / "requirements-dev.txt").read_text().splitlines()}

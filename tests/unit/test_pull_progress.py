@@ -13,8 +13,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from docker_engine import api_path, decode_json_stream, error_message, image_path
+from helpers import ROOT
 from pull_progress import (
     apply_event,
     estimate_total_bytes,

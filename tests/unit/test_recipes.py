@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT, run_ansible_module
+from helpers import ROOT
 from vllm_flags import load_flag_list
 from vllm_recipe import (
     RecipeError,
@@ -250,36 +250,22 @@ def test_a_recipe_that_is_not_a_mapping_is_refused(tmp_path):
         load_recipe("broken", tmp_path)
 
 
-# --- the module, through real Ansible ----------------------------------------------------------------------
+# --- the module, in-process (tests/unit/conftest.py's run_module) ---------------------------------------
 
 
-def module_env() -> dict[str, str]:
-    import os
-
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-
-
-def test_the_module_returns_the_merged_recipe_and_its_arguments():
-    overrides = json.dumps({"max_num_seqs": 2})
-    result = run_ansible_module(
-        "vllm_recipe",
-        module_env(),
-        f"recipe=qwen3-0.6b recipes_dir={RECIPES_DIR} overrides='{overrides}'",
-        check=True,
-    )
+def test_the_module_returns_the_merged_recipe_and_its_arguments(run_module):
+    args = {"recipe": "qwen3-0.6b", "recipes_dir": str(RECIPES_DIR), "overrides": {"max_num_seqs": 2}}
+    result = run_module("vllm_recipe", args, check_mode=True)
     assert not result.get("failed"), result
     assert result["changed"] is False
     assert result["recipe"]["max_num_seqs"] == 2
     assert result["serve_args"][:3] == ["Qwen/Qwen3-0.6B", "--revision", recipe("qwen3-0.6b")["hf_revision"]]
 
 
-def test_the_module_fails_naming_every_problem_and_the_label():
-    overrides = json.dumps({"max_model_len": "long", "serve_flags": {"tool-parser": "x"}})
-    result = run_ansible_module(
-        "vllm_recipe",
-        module_env(),
-        f"recipe=qwen3-0.6b recipes_dir={RECIPES_DIR} overrides='{overrides}' label=vllm_server_models[1]",
-    )
+def test_the_module_fails_naming_every_problem_and_the_label(run_module):
+    overrides = {"max_model_len": "long", "serve_flags": {"tool-parser": "x"}}
+    args = {"recipe": "qwen3-0.6b", "recipes_dir": str(RECIPES_DIR), "overrides": overrides}
+    result = run_module("vllm_recipe", args | {"label": "vllm_server_models[1]"})
     assert result["failed"]
     assert len(result["problems"]) == 2
     assert "vllm_server_models[1].max_model_len='long'" in result["msg"]

@@ -1,17 +1,13 @@
-"""The spark_gpu module run by real Ansible on this machine, with the stand-in nvidia-smi on the PATH."""
+"""The spark_gpu module, run in-process (tests/unit/conftest.py), with the stand-in nvidia-smi on the PATH."""
 
 from __future__ import annotations
 
 import pytest
-from conftest import run_ansible_module
 
 
-def run_spark_gpu(env: dict[str, str], args: str = "", check: bool = False) -> dict:
-    return run_ansible_module("spark_gpu", env, args, check)
-
-
-def test_gb10_passes_and_reports_the_gpu_and_memory(nvidia_smi_env):
-    result = run_spark_gpu(nvidia_smi_env("gb10"))
+def test_gb10_passes_and_reports_the_gpu_and_memory(run_module, nvidia_smi):
+    nvidia_smi("gb10")
+    result = run_module("spark_gpu", {})
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
     assert result["gpu_count"] == 1
@@ -24,10 +20,10 @@ def test_gb10_passes_and_reports_the_gpu_and_memory(nvidia_smi_env):
     assert result["memory"]["mem_total_bytes"] == total_kib * 1024
 
 
-def test_check_mode_reports_the_same_and_no_change(nvidia_smi_env):
-    env = nvidia_smi_env("gb10")
-    first = run_spark_gpu(env, check=True)
-    second = run_spark_gpu(env)
+def test_check_mode_reports_the_same_and_no_change(run_module, nvidia_smi):
+    nvidia_smi("gb10")
+    first = run_module("spark_gpu", {}, check_mode=True)
+    second = run_module("spark_gpu", {})
     assert first["changed"] is False and second["changed"] is False
     assert first["gpus"] == second["gpus"]
 
@@ -45,20 +41,23 @@ def test_check_mode_reports_the_same_and_no_change(nvidia_smi_env):
     ],
     ids=["no-nvidia-smi", "driver-not-loaded", "no-gpu", "wrong-gpu", "old-driver", "driver-470"],
 )
-def test_misfit_hosts_are_refused_with_found_and_expected(nvidia_smi_env, profile, found, expected):
-    result = run_spark_gpu(nvidia_smi_env(profile))
+def test_misfit_hosts_are_refused_with_found_and_expected(run_module, nvidia_smi, profile, found, expected):
+    nvidia_smi(profile)
+    result = run_module("spark_gpu", {})
     assert result["failed"] is True
     assert found in result["msg"]
     assert expected in result["msg"]
 
 
-def test_options_change_what_is_expected(nvidia_smi_env):
-    result = run_spark_gpu(nvidia_smi_env("h200"), "required_compute_capability=9.0 min_driver_version=570.0")
+def test_options_change_what_is_expected(run_module, nvidia_smi):
+    nvidia_smi("h200")
+    result = run_module("spark_gpu", {"required_compute_capability": "9.0", "min_driver_version": "570.0"})
     assert not result.get("failed"), result.get("msg")
     assert result["gpus"][0]["memory_total_mib"] == 143771
 
 
-def test_a_bad_min_driver_version_is_named(nvidia_smi_env):
-    result = run_spark_gpu(nvidia_smi_env("gb10"), "min_driver_version=latest")
+def test_a_bad_min_driver_version_is_named(run_module, nvidia_smi):
+    nvidia_smi("gb10")
+    result = run_module("spark_gpu", {"min_driver_version": "latest"})
     assert result["failed"] is True
     assert "min_driver_version='latest' is not a driver version" in result["msg"]

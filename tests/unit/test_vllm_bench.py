@@ -1,5 +1,6 @@
-"""The OpenAI-endpoint benchmark (module_utils/openai_bench.py, library/vllm_bench.py, library/vllm_bench_report.py)
-against stand-in vLLM servers on 127.0.0.1 whose timing model is known (tests/standins/vllm/vllm_standin/engine.py):
+"""The OpenAI-endpoint benchmark (module_utils/openai_bench.py, and library/vllm_bench.py and vllm_bench_report.py
+in-process through tests/unit/conftest.py's run_module) against stand-in vLLM servers on 127.0.0.1 whose timing
+model is known (tests/standins/vllm/vllm_standin/engine.py):
 time to first token = uncached prompt tokens / PREFILL_TOK_S, then one token every 1 / DECODE_TOK_S seconds, and
 with BATCH_COST c each of n running requests waits (1 + (n - 1) c) / DECODE_TOK_S per token."""
 
@@ -8,14 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, ansible_tool
+from helpers import ROOT
+from helpers.vllm_standin import Server, free_port, start_server, stop_server
 from openai_bench import (
     KNEE_RULE,
     BenchError,
@@ -32,7 +31,6 @@ from openai_bench import (
     run_scenario,
     sweep_levels,
 )
-from test_standin_vllm import Server, free_port, start_server, stop_server
 from vllm_recipe import load_recipe
 
 KEY = "bench-key"
@@ -164,17 +162,17 @@ def test_percentiles_and_levels() -> None:
     assert sweep_levels(1) == [1]
 
 
-# --- through Ansible: one playbook run (each ansible-playbook start costs seconds), one task per case --------
+# --- the modules, in-process: each case's result by name, computed once for the module --------------------
 
 
-def bench_task(name: str, server: Server | None, **args: object) -> dict:
+def bench_args(server: Server | None, **args: object) -> dict:
     params = {"url": server.base if server else "http://127.0.0.1:1", "model": MODEL, "api_key": KEY, "runs": 1}
-    return {"name": name, "vllm_bench": {**params, **args}, "register": "out", "ignore_errors": True}
+    return {**params, **args}
 
 
 @pytest.fixture(scope="module")
-def played(timed: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Each task's result by task name, from one real ansible-playbook run on localhost."""
+def played(run_module, timed: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Each case's result by name, from the modules run in-process one after the other, as a play would."""
     tmp = tmp_path_factory.mktemp("played")
     fast = serve(tmp, {"VLLM_STANDIN_PREFILL_TOK_S": "50000", "VLLM_STANDIN_DECODE_TOK_S": "500"})
     # Batch cost 0.3: p50 ITL is 1.3x at 2 requests, 1.9x at 4 (the knee); at 8, four wait for a slot.
@@ -183,30 +181,21 @@ def played(timed: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     architecture = {key: NEMOTRON["architecture"][key] for key in ("active_params_b", "bytes_per_param")}
     five = {"published": NEMOTRON["published_eval"]["rows"], **architecture}
     sweep = {"scenarios": [], "sweep_levels": [1, 2, 4, 8], "sweep_prompt_tokens": 200, "sweep_output_tokens": 40}
-    report = {"measurements": "{{ swept.measurements }}", "dest": str(tmp / "report")}
-    tasks = [
-        {**bench_task("five in check mode", fast, **five), "check_mode": True},
-        bench_task("five", fast, **five),
-        bench_task("unknown model", timed, model="nope"),
-        bench_task("bad options", None, runs=0, sweep_levels=[4, 2]),
-        {**bench_task("sweep", batched, **sweep), "register": "swept"},
-        {"name": "report in check mode", "vllm_bench_report": report, "check_mode": True},
-        {"name": "report", "vllm_bench_report": report},
-        {"name": "report again", "vllm_bench_report": report},
-    ]
-    playbook = tmp / "bench.yml"
-    playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
-    argv = [ansible_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook)]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
-    env.update(ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    results = {}
     try:
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        results["five in check mode"] = run_module("vllm_bench", bench_args(fast, **five), check_mode=True)
+        results["five"] = run_module("vllm_bench", bench_args(fast, **five))
+        results["unknown model"] = run_module("vllm_bench", bench_args(timed, model="nope"))
+        results["bad options"] = run_module("vllm_bench", bench_args(None, runs=0, sweep_levels=[4, 2]))
+        results["sweep"] = run_module("vllm_bench", bench_args(batched, **sweep))
     finally:
         stop_server(fast)
         stop_server(batched)
-    plays = json.loads(done.stdout)["plays"]
-    yield {task["task"]["name"]: task["hosts"]["localhost"] for task in plays[0]["tasks"]} | {"tmp": tmp}
+    report = {"measurements": results["sweep"]["measurements"], "dest": str(tmp / "report")}
+    results["report in check mode"] = run_module("vllm_bench_report", report, check_mode=True)
+    results["report"] = run_module("vllm_bench_report", report)
+    results["report again"] = run_module("vllm_bench_report", report)
+    yield results | {"tmp": tmp}
 
 
 def test_check_mode_measures_nothing(played: dict) -> None:

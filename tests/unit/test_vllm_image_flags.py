@@ -1,30 +1,14 @@
-"""library/vllm_image_flags.py in-process (ansible-core's own pattern: set the module's args, call main(), catch the
-exit JSON), with Docker's answers replaced by the help vLLM 0.33.0 really printed (tests/contracts/vllm/)."""
+"""library/vllm_image_flags.py in-process (tests/unit/conftest.py's run_module), with Docker's answers replaced by
+the help vLLM 0.33.0 really printed (tests/contracts/vllm/)."""
 
 from __future__ import annotations
 
-import importlib.util
-import io
-import json
-from contextlib import redirect_stdout
-
-import ansible.module_utils
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
-from conftest import ROOT
+from helpers import ROOT
 
-# Our module_utils/ as part of ansible.module_utils, as Ansible's module loader makes it for a module it runs.
-ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 HELP_0_33 = (ROOT / "tests" / "contracts" / "vllm" / "serve-help-all.txt").read_text(encoding="utf-8")
 IMAGE_ID = "sha256:" + "ab" * 32
-
-
-def load_module():
-    spec = importlib.util.spec_from_file_location("vllm_image_flags", ROOT / "library" / "vllm_image_flags.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeDocker:
@@ -43,14 +27,16 @@ class FakeDocker:
         return self.run_rc, self.help_text if self.run_rc == 0 else "", "" if self.run_rc == 0 else "boom"
 
 
-def run(monkeypatch, args: dict, docker: FakeDocker, check: bool = False) -> dict:
-    module = load_module()
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda _self, argv, **_kwargs: docker(argv))
-    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda _self, _name, required=False: "/usr/bin/docker")
-    out = io.StringIO()
-    with patch_module_args(args | {"_ansible_check_mode": check}), redirect_stdout(out), pytest.raises(SystemExit):
-        module.main()
-    return json.loads(out.getvalue())
+@pytest.fixture
+def run(run_module, monkeypatch):
+    """run(args, docker, check=False): the module's result, with DOCKER answering its docker commands."""
+
+    def run_with(args: dict, docker: FakeDocker, check: bool = False) -> dict:
+        monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda _self, argv, **_kwargs: docker(argv))
+        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda _self, _name, required=False: "/usr/bin/docker")
+        return run_module("vllm_image_flags", args, check_mode=check)
+
+    return run_with
 
 
 def recipe(**flags) -> dict:
@@ -63,20 +49,20 @@ def args(tmp_path, *recipes: dict) -> dict:
     return {"image": "vllm/vllm-openai:cu130-nightly", "cache_dir": str(tmp_path / "cache"), "models": models}
 
 
-def test_reads_the_images_help_once_and_caches_it(monkeypatch, tmp_path):
+def test_reads_the_images_help_once_and_caches_it(run, tmp_path):
     docker = FakeDocker()
-    first = run(monkeypatch, args(tmp_path, recipe(**{"reasoning-parser": "qwen3"})), docker)
+    first = run(args(tmp_path, recipe(**{"reasoning-parser": "qwen3"})), docker)
     assert first["changed"] is True and first["problems"] == [] and first["flags"] == 320
     assert docker.runs[0][-4:] == ["vllm", IMAGE_ID, "serve", "--help=all"]
     assert "--gpus" in docker.runs[0]
-    second = run(monkeypatch, args(tmp_path, recipe()), docker)
+    second = run(args(tmp_path, recipe()), docker)
     assert second["changed"] is False
     assert len(docker.runs) == 1  # the second run read the cache, keyed by the image ID
     assert (tmp_path / "cache" / ("sha256-" + "ab" * 32 + ".help.txt")).read_text() == HELP_0_33
 
 
-def test_a_flag_the_image_lacks_fails_with_did_you_mean(monkeypatch, tmp_path):
-    result = run(monkeypatch, args(tmp_path, recipe(), recipe(**{"max-num-batched-token": 8192})), FakeDocker())
+def test_a_flag_the_image_lacks_fails_with_did_you_mean(run, tmp_path):
+    result = run(args(tmp_path, recipe(), recipe(**{"max-num-batched-token": 8192})), FakeDocker())
     assert result["failed"]
     assert result["problems"] == [
         "vllm_server_models[1].serve_flags.max-num-batched-token: --max-num-batched-token is not a flag of "
@@ -84,30 +70,30 @@ def test_a_flag_the_image_lacks_fails_with_did_you_mean(monkeypatch, tmp_path):
     ]
 
 
-def test_an_older_image_refuses_a_flag_the_committed_list_has(monkeypatch, tmp_path):
+def test_an_older_image_refuses_a_flag_the_committed_list_has(run, tmp_path):
     # An image whose vLLM predates --max-num-scheduled-tokens: the image, not the committed list, decides.
     older = "\n".join(line for line in HELP_0_33.splitlines() if "--max-num-scheduled-tokens" not in line)
-    result = run(monkeypatch, args(tmp_path, recipe(**{"max-num-scheduled-tokens": 4096})), FakeDocker(older))
+    result = run(args(tmp_path, recipe(**{"max-num-scheduled-tokens": 4096})), FakeDocker(older))
     assert result["failed"]
     assert "--max-num-scheduled-tokens is not a flag of `vllm serve` in the pinned image" in result["msg"]
 
 
-def test_a_kv_cache_dtype_outside_the_images_choices_fails(monkeypatch, tmp_path):
-    result = run(monkeypatch, args(tmp_path, recipe() | {"kv_cache_dtype": "half"}), FakeDocker())
+def test_a_kv_cache_dtype_outside_the_images_choices_fails(run, tmp_path):
+    result = run(args(tmp_path, recipe() | {"kv_cache_dtype": "half"}), FakeDocker())
     assert result["failed"]
     assert "vllm_server_models[0].kv_cache_dtype='half'" in result["msg"]
 
 
-def test_check_mode_runs_no_container(monkeypatch, tmp_path):
+def test_check_mode_runs_no_container(run, tmp_path):
     docker = FakeDocker()
-    result = run(monkeypatch, args(tmp_path, recipe()), docker, check=True)
+    result = run(args(tmp_path, recipe()), docker, check=True)
     assert result["changed"] is True and result["flags"] == 0
     assert docker.runs == []
     assert not (tmp_path / "cache").exists()
 
 
-def test_a_failing_help_run_fails_and_caches_nothing(monkeypatch, tmp_path):
-    result = run(monkeypatch, args(tmp_path, recipe()), FakeDocker(run_rc=1))
+def test_a_failing_help_run_fails_and_caches_nothing(run, tmp_path):
+    result = run(args(tmp_path, recipe()), FakeDocker(run_rc=1))
     assert result["failed"] and "exit 1" in result["msg"]
     assert not (tmp_path / "cache").exists()
 
@@ -115,9 +101,9 @@ def test_a_failing_help_run_fails_and_caches_nothing(monkeypatch, tmp_path):
 GPT_OSS = recipe(**{"reasoning-parser": "openai_gptoss"})
 
 
-def test_gpt_oss_on_an_image_that_downloads_its_vocabulary_fails_with_the_fix(monkeypatch, tmp_path):
+def test_gpt_oss_on_an_image_that_downloads_its_vocabulary_fails_with_the_fix(run, tmp_path):
     docker = FakeDocker(harmony_offline=False)
-    result = run(monkeypatch, args(tmp_path, recipe(), GPT_OSS), docker)
+    result = run(args(tmp_path, recipe(), GPT_OSS), docker)
     assert result["failed"] and result["harmony_offline"] is False
     [problem] = result["problems"]
     assert problem.startswith("vllm_server_models[1]: the image sha256:abababababab cannot start gpt-oss offline")
@@ -125,16 +111,16 @@ def test_gpt_oss_on_an_image_that_downloads_its_vocabulary_fails_with_the_fix(mo
     assert docker.runs[-1][5:7] == ["--network", "none"]
 
 
-def test_gpt_oss_on_an_image_that_carries_its_vocabulary_passes_and_is_probed_once(monkeypatch, tmp_path):
+def test_gpt_oss_on_an_image_that_carries_its_vocabulary_passes_and_is_probed_once(run, tmp_path):
     docker = FakeDocker()
-    assert run(monkeypatch, args(tmp_path, GPT_OSS), docker)["harmony_offline"] is True
-    assert run(monkeypatch, args(tmp_path, GPT_OSS), docker)["changed"] is False
+    assert run(args(tmp_path, GPT_OSS), docker)["harmony_offline"] is True
+    assert run(args(tmp_path, GPT_OSS), docker)["changed"] is False
     assert len(docker.runs) == 2  # one help read, one harmony probe: both cached per image ID
 
 
-def test_local_vocabulary_files_or_other_models_need_no_probe(monkeypatch, tmp_path):
+def test_local_vocabulary_files_or_other_models_need_no_probe(run, tmp_path):
     docker = FakeDocker(harmony_offline=False)
     local = GPT_OSS | {"env": {"TIKTOKEN_ENCODINGS_BASE": "/etc/encodings"}}
-    result = run(monkeypatch, args(tmp_path, local, recipe()), docker)
+    result = run(args(tmp_path, local, recipe()), docker)
     assert result["problems"] == [] and result["harmony_offline"] is None
     assert len(docker.runs) == 1

@@ -1,16 +1,15 @@
-"""The unified-memory planner: the arithmetic, the refusals and their suggestions, and the module run by Ansible."""
+"""The unified-memory planner: the arithmetic, the refusals and their suggestions, and its modules run in-process."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 import vllm_memory_plan as planner
 import yaml
-from conftest import ROOT, run_ansible_module
+from helpers import ROOT
 from spark_gpu_info import parse_meminfo
 from vllm_memory_plan import (
     GIB,
@@ -512,21 +511,16 @@ def test_every_recipe_fits_a_spark(path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The module, run by real Ansible
+# The module, run in-process (tests/unit/conftest.py's run_module)
 
 
-@pytest.fixture
-def ansible_env() -> dict[str, str]:
-    return dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
+def module_args(**args: object) -> dict:
+    return {"memory_total_bytes": SPARK_MEM_TOTAL, "name": LABEL, **args}
 
 
-def module_args(**args: object) -> str:
-    return json.dumps({"memory_total_bytes": SPARK_MEM_TOTAL, "name": LABEL, **args})
-
-
-def test_module_plans_a_named_recipe(ansible_env, recipes_dir):
-    result = run_ansible_module(
-        "vllm_memory_plan", ansible_env, module_args(recipe="nemotron-3-super-fixture", recipes_dir=str(recipes_dir))
+def test_module_plans_a_named_recipe(run_module, recipes_dir):
+    result = run_module(
+        "vllm_memory_plan", module_args(recipe="nemotron-3-super-fixture", recipes_dir=str(recipes_dir))
     )
     assert not result.get("failed"), result.get("msg")
     assert result["changed"] is False
@@ -535,18 +529,18 @@ def test_module_plans_a_named_recipe(ansible_env, recipes_dir):
     assert set(result) >= RETURN_KEYS
 
 
-def test_module_in_check_mode_reports_the_same_plan(ansible_env):
+def test_module_in_check_mode_reports_the_same_plan(run_module):
     args = module_args(recipe=NEMOTRON, max_model_len=65536)
-    checked = run_ansible_module("vllm_memory_plan", ansible_env, args, check=True)
-    applied = run_ansible_module("vllm_memory_plan", ansible_env, args)
+    checked = run_module("vllm_memory_plan", args, check_mode=True)
+    applied = run_module("vllm_memory_plan", args)
     assert not checked.get("failed"), checked.get("msg")
     assert checked["changed"] is False and applied["changed"] is False
     assert {key: checked[key] for key in RETURN_KEYS} == {key: applied[key] for key in RETURN_KEYS}
     assert checked["max_model_len"] == 65536
 
 
-def test_module_fails_a_plan_that_does_not_fit_and_returns_it(ansible_env):
-    result = run_ansible_module("vllm_memory_plan", ansible_env, module_args(recipe=LLAMA_70B_BF16))
+def test_module_fails_a_plan_that_does_not_fit_and_returns_it(run_module):
+    result = run_module("vllm_memory_plan", module_args(recipe=LLAMA_70B_BF16))
     assert result["failed"] is True
     assert result["fits"] is False
     assert f"{LABEL}.tensor_parallel_size to 2" in result["msg"]
@@ -554,20 +548,17 @@ def test_module_fails_a_plan_that_does_not_fit_and_returns_it(ansible_env):
     assert result["weights_gib"] == pytest.approx(141e9 / GIB, abs=0.01)
 
 
-def test_module_override_returns_the_plan_with_a_warning(ansible_env):
-    result = run_ansible_module(
-        "vllm_memory_plan", ansible_env, module_args(recipe=LLAMA_70B_BF16, i_accept_freeze_risk=True)
-    )
+def test_module_override_returns_the_plan_with_a_warning(run_module):
+    result = run_module("vllm_memory_plan", module_args(recipe=LLAMA_70B_BF16, i_accept_freeze_risk=True))
     assert not result.get("failed"), result.get("msg")
     assert result["fits"] is False and result["reasons"]
     assert any("freeze" in warning and "i_accept_freeze_risk" in warning for warning in result["warnings"])
 
 
-def test_module_reports_every_input_problem_even_with_the_override(ansible_env):
+def test_module_reports_every_input_problem_even_with_the_override(run_module):
     recipe = {**NEMOTRON, "max_num_seqs": 0}
-    result = run_ansible_module(
+    result = run_module(
         "vllm_memory_plan",
-        ansible_env,
         module_args(recipe=recipe, kv_cache_dtype="fp4", memory_total_bytes=0, i_accept_freeze_risk=True),
     )
     assert result["failed"] is True
@@ -576,17 +567,15 @@ def test_module_reports_every_input_problem_even_with_the_override(ansible_env):
     assert result["fits"] is False and len(result["reasons"]) == 3
 
 
-def test_module_names_the_missing_recipe_and_the_available_ones(ansible_env, recipes_dir):
-    result = run_ansible_module(
-        "vllm_memory_plan", ansible_env, module_args(recipe="nemotron", recipes_dir=str(recipes_dir))
-    )
+def test_module_names_the_missing_recipe_and_the_available_ones(run_module, recipes_dir):
+    result = run_module("vllm_memory_plan", module_args(recipe="nemotron", recipes_dir=str(recipes_dir)))
     assert result["failed"] is True
     assert "recipe 'nemotron' was not found" in result["msg"]
     assert "nemotron-3-super-fixture" in result["msg"]
 
 
-def test_module_reads_mem_total_from_the_host(ansible_env):
-    result = run_ansible_module("vllm_memory_plan", ansible_env, json.dumps({"recipe": NEMOTRON}))
+def test_module_reads_mem_total_from_the_host(run_module):
+    result = run_module("vllm_memory_plan", {"recipe": NEMOTRON})
     with open("/proc/meminfo", encoding="ascii") as meminfo:
         expected = parse_meminfo(meminfo.read())["mem_total_bytes"]
     assert result["memory_total_gib"] == round(expected / GIB, 2)
@@ -695,15 +684,13 @@ def test_following_a_shared_pool_suggestion_gives_a_host_that_fits(first, second
         assert planner.shared_pool_reasons(fixed) == [], (alternative, reason)
 
 
-def test_module_plans_every_model_of_a_host_in_one_call_and_refuses_the_sum(ansible_env):
-    args = json.dumps(
-        {
-            "memory_total_bytes": SPARK_MEM_TOTAL,
-            "name": "vllm_server_models",
-            "models": [{"recipe": NEMOTRON}, {"recipe": QWEN_MOE}],
-        }
-    )
-    result = run_ansible_module("vllm_memory_plan", ansible_env, args)
+def test_module_plans_every_model_of_a_host_in_one_call_and_refuses_the_sum(run_module):
+    args = {
+        "memory_total_bytes": SPARK_MEM_TOTAL,
+        "name": "vllm_server_models",
+        "models": [{"recipe": NEMOTRON}, {"recipe": QWEN_MOE}],
+    }
+    result = run_module("vllm_memory_plan", args)
     assert result["failed"] is True and result["fits"] is False
     for fragment in ("vllm_server_models[0] (nemotron-3-super-fixture)", "vllm_server_models[1] (qwen-moe-fixture)"):
         assert fragment in result["msg"]
@@ -714,14 +701,14 @@ def test_module_plans_every_model_of_a_host_in_one_call_and_refuses_the_sum(ansi
     assert result["gpu_memory_utilization_total"] == pytest.approx(1.25)
 
 
-def test_module_host_plan_of_models_that_fit_together_matches_their_single_plans(ansible_env):
+def test_module_host_plan_of_models_that_fit_together_matches_their_single_plans(run_module):
     models = [{"recipe": NEMOTRON, "gpu_memory_utilization": 0.64}, {"recipe": QWEN_MOE, "max_model_len": 131072}]
     models[1]["gpu_memory_utilization"] = 0.23
-    args = json.dumps({"memory_total_bytes": SPARK_MEM_TOTAL, "name": "vllm_server_models", "models": models})
-    together = run_ansible_module("vllm_memory_plan", ansible_env, args, check=True)
+    args = {"memory_total_bytes": SPARK_MEM_TOTAL, "name": "vllm_server_models", "models": models}
+    together = run_module("vllm_memory_plan", args, check_mode=True)
     assert not together.get("failed"), together.get("msg")
     assert together["fits"] is True and together["reasons"] == []
-    alone = run_ansible_module("vllm_memory_plan", ansible_env, module_args(**models[1], name="vllm_server_models[1]"))
+    alone = run_module("vllm_memory_plan", module_args(**models[1], name="vllm_server_models[1]"))
     assert {key: together["results"][1][key] for key in RETURN_KEYS} == {key: alone[key] for key in RETURN_KEYS}
     assert together["results"][1]["max_model_len"] == 131072
 
@@ -861,20 +848,20 @@ def host_files(tmp_path: Path):
     return make
 
 
-def test_start_module_in_check_mode_does_not_drop_the_page_cache(ansible_env, host_files):
+def test_start_module_in_check_mode_does_not_drop_the_page_cache(run_module, host_files):
     paths = host_files(SPARK_IDLE_MEMINFO)
-    args = json.dumps({"units": [{"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}], **paths})
-    checked = run_ansible_module("vllm_start_memory", ansible_env, args, check=True)
+    args = {"units": [{"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}], **paths}
+    checked = run_module("vllm_start_memory", args, check_mode=True)
     assert not checked.get("failed"), checked.get("msg")
     assert checked["caches_dropped"] is False and checked["fits"] is True and checked["changed"] is False
     assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == ""
-    applied = run_ansible_module("vllm_start_memory", ansible_env, args)
+    applied = run_module("vllm_start_memory", args)
     assert applied["caches_dropped"] is True and applied["changed"] is False
     assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == "3\n"
 
 
 def test_start_module_refuses_short_memory_and_counts_a_restarted_units_last_good_share(
-    ansible_env, host_files, tmp_path
+    run_module, host_files, tmp_path
 ):
     paths = host_files(SPARK_BUSY_MEMINFO)
     last_good = tmp_path / "nemotron.last-good"
@@ -884,17 +871,14 @@ def test_start_module_refuses_short_memory_and_counts_a_restarted_units_last_goo
     nemotron = {"unit": "vllm-nemotron.service", "gpu_memory_utilization": 0.8, "last_good": str(last_good)}
     qwen = {"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}
     running = ["vllm-nemotron.service"]
-    refused = run_ansible_module(
+    refused = run_module(
         "vllm_start_memory",
-        ansible_env,
-        json.dumps({"units": [{**nemotron, "restart": False}, qwen], "running": running, **paths}),
-        check=True,
+        {"units": [{**nemotron, "restart": False}, qwen], "running": running, **paths},
+        check_mode=True,
     )
     assert refused["failed"] is True and refused["fits"] is False
     assert "vllm-qwen.service (vllm_server_models[1]" in refused["msg"]
     assert "vllm_server_models[1].gpu_memory_utilization" in refused["msg"]
-    accepted = run_ansible_module(
-        "vllm_start_memory", ansible_env, json.dumps({"units": [nemotron], "running": running, **paths}), check=True
-    )
+    accepted = run_module("vllm_start_memory", {"units": [nemotron], "running": running, **paths}, check_mode=True)
     assert not accepted.get("failed"), accepted.get("msg")
     assert accepted["freed_gib"] == pytest.approx(0.8 * 121.69, abs=0.05)

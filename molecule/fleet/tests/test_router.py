@@ -1,6 +1,6 @@
 """The fleet's endpoint: vllm-router on fleet-router (reached over SSH) in front of the pair's head (fleet-1) and
 fleet-3, which serve the same model. The router under a rolling update and with an unreachable Spark: test_fleet.py;
-a killed backend and a drained one: tests/unit/test_fleet_router.py (the same router and unit, on loopback)."""
+a killed backend and a drained one: tests/integration/test_fleet_router.py (the same router and unit, on loopback)."""
 
 from __future__ import annotations
 
