@@ -122,7 +122,7 @@ def test_a_clean_download_lands_in_the_hf_cache_verified_and_a_rerun_changes_not
 
 def test_marker_only_recognises_a_verified_snapshot_and_otherwise_asks_for_a_fetch(prefetch, hub, tmp_path):
     # The quick synchronous look model_weights takes before it starts a fetch in the background: never the Hub.
-    url, root = hub
+    url, _ = hub
     cache = tmp_path / "hub"
     before = prefetch(cache, DEAD_ENDPOINT, marker_only=True)
     assert before.get("failed") is not True, before.get("msg")
