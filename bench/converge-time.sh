@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark: wall time of site.yml on a fresh simulated DGX Spark (first converge) and of a rerun with nothing
-# to do (idempotent converge), with the changed count of each. Prints the figures; asserts nothing.
+# to do (idempotent converge), with the changed count of each, and the ratio of the slowest rerun to the first
+# converge (the target: at most 0.35). Prints the figures; asserts nothing.
 # Uses the demo scenario's container (sparkfleet-demo): do not run it while `make demo` is in use.
 #
 #   bash bench/converge-time.sh [RUNS]      RUNS idempotent reruns to time (default 3)
@@ -26,10 +27,15 @@ converge() {
   elapsed=$(awk "BEGIN { print $EPOCHREALTIME - $started }")
   changed=$(grep -oE 'sparkfleet-demo +: ok=[0-9]+ +changed=[0-9]+' "$log" | grep -oE 'changed=[0-9]+')
   printf '%-24s %7.1f s   %s\n' "$1" "$elapsed" "$changed"
+  last_elapsed=$elapsed
 }
 
 echo "site.yml on a simulated DGX Spark ($(nproc) CPUs, $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 converge "first converge"
+first=$last_elapsed
+slowest=0
 for run in $(seq "$runs"); do
   converge "idempotent rerun $run"
+  slowest=$(awk "BEGIN { print ($last_elapsed > $slowest) ? $last_elapsed : $slowest }")
 done
+awk "BEGIN { printf \"%-24s %7.2f   (slowest rerun / first converge; target <= 0.35)\\n\", \"ratio\", $slowest / $first }"

@@ -19,8 +19,8 @@ def api(host, path: str) -> dict:
     return answer["data"]
 
 
-def wait_for(host, check, timeout_s: float = 90):
-    """Prometheus scrapes every 10 s: give it a few rounds after a fresh start."""
+def wait_for(host, check, timeout_s: float = 300):
+    """Prometheus scrapes every 10 s: give it a few rounds after a fresh start, on a machine that may be busy."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = check()

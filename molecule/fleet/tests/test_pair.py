@@ -49,7 +49,8 @@ def test_the_head_goes_down_with_its_worker_and_both_come_back_by_themselves():
     restarts = int(head.check_output(f"systemctl show -P NRestarts {UNIT}"))
     worker.check_output(f"systemctl restart {UNIT}")
     # The head's collective broke: it exits, systemd starts it again, it waits for the worker, then serves.
-    deadline = time.monotonic() + 90
+    # Generous: a busy machine slows the restart, never the outcome.
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         healthy = head.run("curl -fsS -o /dev/null http://127.0.0.1:8000/health").rc == 0
         if int(head.check_output(f"systemctl show -P NRestarts {UNIT}")) > restarts and healthy:

@@ -41,10 +41,11 @@ def chat(key: str | None) -> int:
 def test_the_router_holds_the_heads_and_single_sparks_endpoints_not_the_workers():
     # test_pair.py restarts the pair just before: the router readmits its head after two good health checks.
     expected = {"http://fleet-1:8000": True, "http://fleet-3:8000": True}
-    deadline = time.monotonic() + 90
+    # Generous: a busy machine slows the restart, never the outcome.
+    deadline = time.monotonic() + 300
     while (held := workers()) != expected and time.monotonic() < deadline:
         time.sleep(2)
-    assert held == expected
+    assert held == expected, router().check_output("journalctl -u sparkfleet-router --no-pager -n 30")
     assert router().service("sparkfleet-router").is_enabled
 
 
