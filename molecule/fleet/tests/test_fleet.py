@@ -205,14 +205,16 @@ def test_an_archive_from_the_controller_replaces_a_missing_image_verified_by_id(
     first.check_output("systemctl stop vllm-qwen3-0.6b")
     first.check_output(f"docker image rm -f {entry['image_id']}")
     lock_before = LOCK_FILE.read_text(encoding="utf-8")
-    others_before = [unit_invocation(host) for host in fleet()[1:]]
+    # The pair's worker leaves with its head (vLLM's multi-node mode; test_pair.py) and systemd restarts it:
+    # fleet-3's unit is the one that must not move.
+    single_before = unit_invocation(fleet()[2])
     done = run_site("-e", f"vllm_image_archive_src={archive}")
     assert done.returncode == 0, said(done)[-3000:]
     changed = changed_per_host(done.stdout)
-    # fleet-2, the pair's worker, waited for its head and needed no restart; fleet-3 and the router had no change
-    # (they held the image: the archive was copied to them, 0600, but not loaded).
+    # fleet-3 and the router held the image: the archive was copied to the Sparks (0600) but loaded on fleet-1 only,
+    # and no other unit was restarted by the run.
     assert changed["fleet-1"] > 0 and changed["fleet-router"] == 0
-    assert [unit_invocation(host) for host in fleet()[1:]] == others_before
+    assert unit_invocation(fleet()[2]) == single_before
     assert entry["image_id"] in first.check_output("docker image ls --no-trunc --quiet")
     assert LOCK_FILE.read_text(encoding="utf-8") == lock_before
     assert first.service("vllm-qwen3-0.6b").is_running
