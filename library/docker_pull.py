@@ -10,13 +10,13 @@ short_description: Pull a Docker image by tag or digest and keep a progress file
 description:
   - Pulls O(name) at O(reference) through the Docker Engine API on the unix socket O(docker_socket)
     (C(POST /images/create), the call C(docker pull) makes), and while the stream of layer progress comes in,
-    rewrites O(status_file) at most once a second with the pull's progress, so that a
-    M(docker_pull_watch) task can tell a person how far a 10+ GB vLLM image has come.
+    rewrites O(status_file) at most once a second with the pull's progress, so that a M(job_watch) task can tell
+    a person how far a 10+ GB vLLM image has come.
   - Inspects the image first. A digest names one image forever, so when it is present nothing is pulled and
     nothing changes. A tag can move, so a tag is always pulled; the task reports a change only when the image
     the tag points at changed (or was absent).
-  - "Run it with C(async) and C(poll: 0), then loop M(docker_pull_watch) until it is done, then collect this
-    module's result with M(ansible.builtin.async_status); see EXAMPLES."
+  - "Run it with C(async) and C(poll: 0), then retry M(job_watch) (O(job_watch#module:kind=pull)) until it is
+    done, then collect this module's result with M(ansible.builtin.async_status); see EXAMPLES."
   - Every run that is not in check mode leaves O(status_file) in state C(done) or C(failed), so a watcher
     always ends. Remove the file before starting the pull, or a watcher may read the previous pull's end.
   - Fails, naming the image, quoting the registry's words and saying what to check, when the tag or digest
@@ -69,7 +69,7 @@ notes:
   - Bytes are compressed layer sizes, as the registry sends them; unpacking after the download takes extra time
     that the byte counts do not show (C(layers_done) counts layers unpacked).
 seealso:
-  - module: docker_pull_watch
+  - module: job_watch
   - module: community.docker.docker_image_pull
 """
 
@@ -87,29 +87,8 @@ EXAMPLES = r"""
   poll: 0
   register: image_pull_job
 
-# watch.yml: shows the progress every 30 s and includes itself again until the pull has ended.
-- name: Image | Wait for the pull's progress
-  docker_pull_watch:
-    status_file: /run/sparkfleet/docker-pull.json
-    wait_seconds: 30
-  register: image_pull_watch
-
-- name: Image | Show the pull's progress
-  ansible.builtin.debug:
-    msg: "{{ image_pull_watch.message }}"
-
-- name: Image | Keep watching
-  ansible.builtin.include_tasks: watch.yml
-  when: not image_pull_watch.done
-
-# back in the calling file, after `include_tasks: watch.yml`:
-- name: Image | Collect the pull's result
-  ansible.builtin.async_status:
-    jid: "{{ image_pull_job.ansible_job_id }}"
-  register: image_pull
-  until: image_pull.finished
-  retries: 30
-  delay: 2
+# Then job_watch reports its progress until it ends, and async_status collects the result: see job_watch's
+# examples.
 
 - name: Pull a tag from a local registry, in the foreground
   docker_pull:

@@ -26,8 +26,8 @@ description:
   - With O(manifest) (the C(manifest) another host's run returned) nothing is downloaded. The files, delivered by
     other means (rsync from the host that fetched them), are verified against that manifest, which came from the Hub.
     Files that fail are removed, so that the next copy sends them again.
-  - "Run it with C(async) and C(poll: 0) and loop M(hf_prefetch_watch) on O(status_file) to show bytes, rate
-    and time left while a large model arrives."
+  - "Run it with C(async) and C(poll: 0) and retry M(job_watch) (O(job_watch#module:kind=fetch)) on O(status_file)
+    until it is done, to show bytes, rate and time left while a large model arrives."
   - Needs huggingface_hub and fastsafetensors in the Python that runs it (the model_weights role creates a
     venv holding both and runs this module with it).
 version_added: "0.1.0"
@@ -99,7 +99,7 @@ options:
         files already under O(cache_dir) against it, and fails naming each file that is missing or differs.
     type: dict
   status_file:
-    description: JSON progress record for M(hf_prefetch_watch), rewritten about once a second.
+    description: JSON progress record for M(job_watch), rewritten about once a second.
     type: path
     default: /run/sparkfleet/hf-prefetch.json
   max_workers:
@@ -236,8 +236,8 @@ from ansible.module_utils.hf_snapshot import (
     repo_folder,
     run_with_progress,
     snapshot_folder,
-    write_json_atomically,
     write_marker,
+    write_status_file,
 )
 
 HUB = "https://huggingface.co"
@@ -270,7 +270,7 @@ class Prefetch:
         if self.module.check_mode:
             return
         record = progress_record(state, self.repo_id, self.started, commit=self.commit, **figures)
-        write_json_atomically(self.params["status_file"], record)
+        write_status_file(self.params["status_file"], record)
 
     def fail(self, msg: str) -> None:
         msg = self.hide_token(msg)

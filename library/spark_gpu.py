@@ -95,23 +95,21 @@ nvidia_smi_path:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_gpu_info import (
+    MEMINFO,
     GpuQueryError,
     describe_capability,
     explain_failure,
     find_problems,
-    parse_meminfo,
     parse_query_output,
     query_argv,
+    read_meminfo,
     version_tuple,
 )
-
-MEMINFO = "/proc/meminfo"
 
 
 def read_memory(module: AnsibleModule) -> dict:
     try:
-        with open(MEMINFO, encoding="ascii") as handle:
-            return parse_meminfo(handle.read())
+        return read_meminfo()
     except (OSError, ValueError) as error:
         module.fail_json(msg=f"Could not read the host's memory figures from {MEMINFO}: {error}")
 

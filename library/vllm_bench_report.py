@@ -58,10 +58,9 @@ changed_files:
   elements: str
 """
 
-import os
-import tempfile
 from pathlib import Path
 
+from ansible.module_utils.atomic_file import write_bytes_atomically
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.openai_bench import results_csv, results_json, sweep_png
 
@@ -80,14 +79,6 @@ def report_files(results: dict) -> dict[str, tuple[str, bytes]]:
 
 def differs(path: Path, content: bytes) -> bool:
     return not path.is_file() or path.read_bytes() != content
-
-
-def write_atomically(path: Path, content: bytes) -> None:
-    """Write beside the target, then rename: a reader never sees half a file."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "wb") as out:
-        out.write(content)
-    os.replace(temporary, path)
 
 
 def main() -> None:
@@ -114,7 +105,8 @@ def main() -> None:
         dest.mkdir(parents=True, exist_ok=True)
         for name, content in files.values():
             if str(dest / name) in changed_files:
-                write_atomically(dest / name, content)
+                # Beside the target, then renamed; its mode (0600 until then) is set just below.
+                write_bytes_atomically(dest / name, content, mode=None, folder_mode=None)
             file_args = module.load_file_common_arguments({"path": str(dest / name), "mode": module.params["mode"]})
             changed = module.set_fs_attributes_if_different(file_args, changed)
     module.exit_json(changed=changed, files=paths, changed_files=changed_files)

@@ -81,11 +81,10 @@ problems:
   elements: str
 """
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
+from ansible.module_utils.atomic_file import write_text_atomically
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_flags import parse_serve_help
 from ansible.module_utils.vllm_recipe import flag_problems
@@ -120,16 +119,6 @@ def needs_harmony(recipe: dict) -> bool:
     )
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Beside the target, then rename: a reader never sees half a help text."""
-    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".help-")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
-
-
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -162,7 +151,7 @@ def main() -> None:
         rc, help_text, err = module.run_command([*argv, image_id, "serve", "--help=all"])
         if rc != 0:
             module.fail_json(msg=f"`vllm serve --help=all` failed in the image {image_id} (exit {rc}): {err[-2000:]}")
-        write_atomically(help_file, help_text)
+        write_text_atomically(help_file, help_text)
         changed = True
     try:
         specs = parse_serve_help(help_text)
@@ -184,7 +173,7 @@ def main() -> None:
             argv = [docker, "run", "--rm", "--pull", "never", "--network", "none", "--entrypoint", "python3"]
             rc, _, _ = module.run_command([*argv, image_id, "-c", HARMONY_PROBE])
             harmony_offline = rc == 0
-            write_atomically(marker, "yes\n" if harmony_offline else "no\n")
+            write_text_atomically(marker, "yes\n" if harmony_offline else "no\n")
             changed = True
         if harmony_offline is False:
             problems += [

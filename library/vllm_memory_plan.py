@@ -268,28 +268,22 @@ kv_cache_dtype:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_gpu_info import parse_meminfo
+from ansible.module_utils.spark_gpu_info import MEMINFO, read_meminfo
 from ansible.module_utils.vllm_memory_plan import (
     DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
-    GIB,
     OVERRIDABLE,
     as_dict,
     build_inputs,
-    host_summary,
+    host_plan,
     load_recipe,
     plan,
-    shared_pool_reasons,
-    shared_utilization,
     unplanned_dict,
 )
-
-MEMINFO = "/proc/meminfo"
 
 
 def read_mem_total(module: AnsibleModule) -> int:
     try:
-        with open(MEMINFO, encoding="ascii") as handle:
-            return parse_meminfo(handle.read())["mem_total_bytes"]
+        return read_meminfo()["mem_total_bytes"]
     except (OSError, ValueError) as error:
         module.fail_json(
             msg=f"Could not read MemTotal from {MEMINFO}: {error}; pass memory_total_bytes.",
@@ -352,43 +346,24 @@ def plan_one(module: AnsibleModule, memory_total: int) -> None:
 
 
 def plan_host(module: AnsibleModule, memory_total: int) -> None:
-    """Every model of the host: each one's own plan, then the sum of their shares."""
+    """Every model of the host: each one's own plan, then the sum of their shares (module_utils' host_plan)."""
     params = module.params
-    plans, results, names, problems = [], [], [], []
+    entries, names, problems = [], [], []
     for index, entry in enumerate(params["models"]):
         label = entry["name"] or f"{params['name']}[{index}]"
         recipe, found = load_recipe(entry["recipe"], params["recipes_dir"], label)
-        inputs = None
-        if not found:
-            overrides = {key: entry[key] for key in OVERRIDABLE}
-            inputs, found = build_inputs(
-                recipe, overrides, memory_total_bytes=memory_total, name=label, **settings(params)
-            )
         if found:
             problems += found
-            results.append({**unplanned_dict(found), "name": label})
             continue
-        memory_plan = plan(inputs)
-        plans.append(memory_plan)
+        recipe.update({key: entry[key] for key in OVERRIDABLE if entry[key] is not None})
+        entries.append((label, recipe))
         names.append(recipe_name(entry["recipe"]) or recipe_name(recipe))
-        results.append({**as_dict(memory_plan), "name": label})
     if problems:
-        fail_unplanned(module, problems, results=results)
-    reasons = [reason for result in results for reason in result["reasons"]]
-    reasons += shared_pool_reasons(plans, names)
-    total = shared_utilization(plans)
-    finish(
-        module,
-        {
-            "fits": not reasons,
-            "reasons": reasons,
-            "summary": host_summary(plans, reasons),
-            "results": results,
-            "gpu_memory_utilization_total": total,
-            "memory_total_gib": round(memory_total / GIB, 2),
-            "os_reserve_gib": round(memory_total * (1 - total) / GIB, 2),
-        },
-    )
+        fail_unplanned(module, problems, results=[{**unplanned_dict(problems)}])
+    result, problems = host_plan(entries, memory_total_bytes=memory_total, settings=settings(params), names=names)
+    if problems:
+        fail_unplanned(module, problems, results=result["results"])
+    finish(module, result)
 
 
 def main() -> None:

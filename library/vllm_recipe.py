@@ -82,15 +82,7 @@ from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_flags import load_flag_list
-from ansible.module_utils.vllm_recipe import (
-    RecipeError,
-    apply_overrides,
-    container_env,
-    flag_problems,
-    load_recipe,
-    schema_problems,
-    serve_args,
-)
+from ansible.module_utils.vllm_recipe import checked_recipe, container_env, serve_args
 
 
 def main() -> None:
@@ -108,11 +100,10 @@ def main() -> None:
     label = params["label"]
     flags_file = params["flags_file"] or str(Path(params["recipes_dir"]) / "vllm-serve-flags.txt")
     try:
-        recipe = apply_overrides(load_recipe(params["recipe"], params["recipes_dir"]), params["overrides"])
         flag_specs = load_flag_list(flags_file)
-    except (RecipeError, OSError, ValueError) as error:
+    except (OSError, ValueError) as error:
         module.fail_json(msg=f"{label}: {error}", problems=[str(error)])
-    problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
+    recipe, problems = checked_recipe(params["recipe"], params["recipes_dir"], params["overrides"], flag_specs, label)
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
     module.exit_json(

@@ -12,8 +12,8 @@ The cache layout is huggingface_hub's own, so vLLM's HF_HUB_OFFLINE=1 load finds
   <cache_dir>/models--<org>--<name>/refs/<revision>               the commit a branch or tag pointed at
   <cache_dir>/models--<org>--<name>/.sparkfleet/verified-<commit>.json   ours: what was verified, and how
 
-Nothing here imports Ansible or huggingface_hub (fastsafetensors only where headers are read), so pytest calls
-these functions directly.
+Nothing here needs Ansible (atomic_file.py comes from module_utils/ either way) or huggingface_hub (fastsafetensors
+only where headers are read), so pytest calls these functions directly.
 """
 
 from __future__ import annotations
@@ -25,11 +25,15 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+
+try:
+    from ansible.module_utils.atomic_file import write_json_atomically
+except ImportError:  # imported as a plain module with module_utils/ on sys.path (bench/verify-throughput.py)
+    from atomic_file import write_json_atomically
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MARKER_FOLDER = ".sparkfleet"
@@ -319,7 +323,7 @@ def write_marker(cache_dir: str, manifest: dict, level: str) -> str:
     """Record that this snapshot was verified at `level`; written last, atomically."""
     path = marker_path(cache_dir, manifest["repo_id"], manifest["commit"])
     record = dict(manifest, verify=level, verified_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    write_json_atomically(path, record, mode=0o644)
+    write_json_atomically(path, record, indent=1)
     return path
 
 
@@ -431,18 +435,10 @@ def incomplete_bytes(cache_dir: str, repo_id: str) -> int:
 # --- progress ----------------------------------------------------------------------------------------------------
 
 
-def write_json_atomically(path: str, record: dict, mode: int = 0o644) -> None:
-    folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o755, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(record, out, indent=1, sort_keys=True)
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+def write_status_file(path: str, record: dict) -> None:
+    """Replace the progress record at `path` (mode 0644, its folders made 0755 when missing); a watcher never reads
+    half of it. Not flushed to disk: it is rewritten every second and means nothing after a reboot."""
+    write_json_atomically(path, record, indent=1, fsync=False)
 
 
 def progress_record(

@@ -1,4 +1,4 @@
-"""Plain functions behind docker_pull and docker_pull_watch: image references, the pull stream folded into a
+"""Plain functions behind docker_pull and job_watch (kind=pull): image references, the pull stream folded into a
 progress record, that record as a status file, and the sentence a person reads while a 10+ GB image arrives.
 
 The Docker Engine's pull stream (POST /images/create, non-TTY) is one JSON object per line:
@@ -11,16 +11,17 @@ The Docker Engine's pull stream (POST /images/create, non-TTY) is one JSON objec
   {"status": "Status: Downloaded newer image for ..."}  or  "Status: Image is up to date for ..."
   {"errorDetail": {"message": "unknown blob"}, "error": "unknown blob"}
 
-Nothing here imports Ansible, so pytest calls these functions directly on a recorded real stream.
+Nothing here needs Ansible but our own module_utils/atomic_file.py, so pytest calls these functions directly on
+a recorded real stream.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable
+
+from ansible.module_utils.atomic_file import write_json_atomically
 
 STATES = ("pulling", "done", "failed")
 DEFAULT_STATUS_FILE = "/run/sparkfleet/docker-pull.json"
@@ -200,7 +201,7 @@ def _layer_bytes_done(layer: dict) -> int:
 
 
 def progress_record(tracker: dict, image: str, state: str, started: float, updated: float) -> dict:
-    """The status-file record of a pull: what docker_pull writes and docker_pull_watch reads.
+    """The status-file record of a pull: what docker_pull writes and job_watch reads.
 
     Layers already present count as done and need no bytes; bytes are compressed download sizes, as a
     registry serves them. bytes_total_known sums the sizes of the layers_size_known layers whose size the
@@ -398,32 +399,11 @@ def explain_pull_error(name: str, reference: str, words: str) -> str:
 # --- the status file ------------------------------------------------------------------------------------------
 
 
-def _make_parents(directory: str) -> None:
-    missing = []
-    while directory and not os.path.isdir(directory):
-        missing.append(directory)
-        directory = os.path.dirname(directory)
-    for path in reversed(missing):
-        os.mkdir(path, 0o755)
-        os.chmod(path, 0o755)  # mkdir's mode is filtered by the umask
-
-
 def write_status_file(path: str, record: dict) -> None:
     """Replace `path` with record as JSON, atomically (a temporary file in the same folder, then rename), mode
-    0644; the folder is created (0755) when missing. A reader never sees half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    _make_parents(directory)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(record, stream, sort_keys=True)
-            stream.write("\n")
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    0644; the folders are created (0755) when missing. A reader never sees half a file. Not flushed to disk: it is
+    rewritten every second and means nothing after a reboot."""
+    write_json_atomically(path, record, fsync=False)
 
 
 def read_status_file(path: str) -> dict | None:

@@ -129,6 +129,16 @@ def find_problems(gpus: list[dict], required_capability: str, min_driver: str) -
     return problems
 
 
+MEMINFO = "/proc/meminfo"
+
+
+def read_meminfo(path: str = MEMINFO) -> dict[str, int]:
+    """The host's unified-memory figures (parse_meminfo) read from /proc/meminfo: the one reader of spark_gpu and
+    vllm_memory_plan. OSError or ValueError when it cannot be read."""
+    with open(path, encoding="ascii") as handle:
+        return parse_meminfo(handle.read())
+
+
 def parse_meminfo(text: str) -> dict[str, int]:
     """The unified-memory figures of /proc/meminfo, in bytes (the kernel prints kB = KiB)."""
     wanted = {

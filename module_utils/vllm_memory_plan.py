@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+
+from ansible.module_utils.vllm_recipe import RecipeError
+from ansible.module_utils.vllm_recipe import load_recipe as load_recipe_file
 
 GIB = 2**30
 
@@ -122,41 +124,19 @@ class MemoryPlan:
 # Reading a recipe
 
 
-def available_recipes(recipes_dir: str) -> list[str]:
-    """The recipe names (file names without .yml) in `recipes_dir`, sorted; empty when it cannot be listed."""
-    try:
-        entries = os.listdir(recipes_dir)
-    except OSError:
-        return []
-    return sorted(entry[: -len(".yml")] for entry in entries if entry.endswith(".yml"))
-
-
 def load_recipe(recipe: object, recipes_dir: str | None, name: str = "recipe") -> tuple[dict | None, list[str]]:
-    """The recipe as a dict: `recipe` itself when it is a mapping, else the file <recipes_dir>/<recipe>.yml.
-    Returns (recipe, []) or (None, problems)."""
+    """The recipe as a dict: `recipe` itself when it is a mapping, else the file <recipes_dir>/<recipe>.yml, read
+    by the one recipe loader (module_utils/vllm_recipe.py). Returns (recipe, []) or (None, problems)."""
     if isinstance(recipe, Mapping):
         return dict(recipe), []
     if not isinstance(recipe, str) or not recipe:
         return None, [f"{name}: the recipe must be a recipe name or a mapping of recipe keys, not {_show(recipe)}"]
     if not recipes_dir:
         return None, [f"{name}: recipe {recipe!r} is a name, so recipes_dir must say where the recipe files live"]
-    available = available_recipes(recipes_dir)
-    if not os.path.isdir(recipes_dir):
-        return None, [f"{name}: recipes_dir {recipes_dir} is not a directory, so recipe {recipe!r} cannot be read"]
-    path = os.path.join(recipes_dir, f"{recipe}.yml")
-    if "/" in recipe or recipe.startswith(".") or not os.path.isfile(path):
-        listed = ", ".join(available) if available else "none"
-        return None, [f"{name}: recipe {recipe!r} was not found: no {path} (available: {listed})"]
-    import yaml  # PyYAML comes with Ansible; imported here so the arithmetic needs nothing outside the stdlib.
-
     try:
-        with open(path, encoding="utf-8") as handle:
-            loaded = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as error:
-        return None, [f"{name}: recipe {recipe!r} could not be read from {path}: {error}"]
-    if not isinstance(loaded, Mapping):
-        return None, [f"{name}: {path} does not hold a mapping of recipe keys (it holds {type(loaded).__name__})"]
-    return dict(loaded), []
+        return load_recipe_file(recipe, recipes_dir), []
+    except RecipeError as error:
+        return None, [f"{name}: {error}"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -725,6 +705,43 @@ def host_summary(plans: list[MemoryPlan], reasons: list[str]) -> str:
         f"{_gib(inputs.memory_total_bytes)} ({_gib(inputs.memory_total_bytes * total)}), "
         f"{_gib(inputs.memory_total_bytes * (1 - total))} left for the OS"
     )
+
+
+def host_plan(
+    entries: list[tuple[str, dict]],
+    *,
+    memory_total_bytes: int,
+    settings: Mapping,
+    names: list[str | None] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Every model of one host planned together: each one's own plan, then the sum of their shares.
+    `entries` are (label, checked recipe with its overrides applied); `settings` are build_inputs' planner settings.
+    Returns (the host's plan, [] ) or (partial plan, the problems that stopped any arithmetic)."""
+    plans, results, planned_names, problems = [], [], [], []
+    for index, (label, recipe) in enumerate(entries):
+        inputs, found = build_inputs(recipe, memory_total_bytes=memory_total_bytes, name=label, **settings)
+        if found:
+            problems += found
+            results.append({**unplanned_dict(found), "name": label})
+            continue
+        memory_plan = plan(inputs)
+        plans.append(memory_plan)
+        planned_names.append((names or [None] * len(entries))[index] or recipe.get("name"))
+        results.append({**as_dict(memory_plan), "name": label})
+    if problems:
+        return {"fits": False, "reasons": problems, "results": results}, problems
+    reasons = [reason for result in results for reason in result["reasons"]]
+    reasons += shared_pool_reasons(plans, planned_names)
+    total = shared_utilization(plans)
+    return {
+        "fits": not reasons,
+        "reasons": reasons,
+        "summary": host_summary(plans, reasons),
+        "results": results,
+        "gpu_memory_utilization_total": total,
+        "memory_total_gib": round(memory_total_bytes / GIB, 2),
+        "os_reserve_gib": round(memory_total_bytes * (1 - total) / GIB, 2),
+    }, []
 
 
 # ---------------------------------------------------------------------------------------------------------------

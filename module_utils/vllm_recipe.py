@@ -65,19 +65,23 @@ def recipe_names(recipes_dir: str | Path) -> list[str]:
 
 
 def load_recipe(name: str, recipes_dir: str | Path) -> dict:
-    """The recipe <recipes_dir>/<name>.yml as a dict; RecipeError names the file and the recipes that exist."""
+    """The recipe <recipes_dir>/<name>.yml as a dict; RecipeError names the file and the recipes that exist.
+    The one recipe loader: library/vllm_recipe, library/vllm_models and the memory planner all read through it."""
     import yaml  # PyYAML ships with Ansible; imported here so the pure functions below need nothing
 
-    path = Path(recipes_dir) / f"{name}.yml"
+    folder = Path(recipes_dir)
+    if not folder.is_dir():
+        raise RecipeError(f"recipes_dir {recipes_dir} is not a directory, so recipe {name!r} cannot be read")
+    path = folder / f"{name}.yml"
     if not NAME.match(name or "") or not path.is_file():
         known = ", ".join(recipe_names(recipes_dir)) or "none"
-        raise RecipeError(f"no recipe named {name!r} in {recipes_dir} (recipes there: {known})")
+        raise RecipeError(f"recipe {name!r} was not found: no {path} (available: {known})")
     try:
         recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise RecipeError(f"{path} is not valid YAML: {error}") from error
+    except (OSError, yaml.YAMLError) as error:
+        raise RecipeError(f"recipe {name!r} could not be read from {path}: {error}") from error
     if not isinstance(recipe, dict):
-        raise RecipeError(f"{path} must hold a mapping of recipe keys, not {type(recipe).__name__}")
+        raise RecipeError(f"{path} does not hold a mapping of recipe keys (it holds {type(recipe).__name__})")
     return recipe
 
 
@@ -266,6 +270,19 @@ def _value_problem(spec, value: object) -> str | None:
 
 
 # --- rendering -----------------------------------------------------------------------------------------------
+
+
+def checked_recipe(
+    name: str, recipes_dir: str | Path, overrides: dict, flag_specs: dict, label: str
+) -> tuple[dict | None, list[str]]:
+    """The recipe `name` with `overrides` laid over it, checked against the schema and the flag list:
+    (recipe, []) or (None, every problem, each naming `label`)."""
+    try:
+        recipe = apply_overrides(load_recipe(name, recipes_dir), overrides)
+    except RecipeError as error:
+        return None, [f"{label}: {error}"]
+    problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
+    return (None if problems else recipe), problems
 
 
 def _text(value: object) -> str:

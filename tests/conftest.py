@@ -20,3 +20,10 @@ TESTS = Path(__file__).resolve().parent
 for folder in (TESTS, TESTS.parent / "module_utils"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+# module_utils/ also as part of ansible.module_utils, as Ansible's module loader makes it for a module it runs: a
+# module_utils file that imports another (`from ansible.module_utils.vllm_recipe import ...`) then works here too.
+import ansible.module_utils  # noqa: E402 -- after sys.path is set
+
+if str(TESTS.parent / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(TESTS.parent / "module_utils"))

@@ -1,7 +1,7 @@
-"""docker_pull and docker_pull_watch run by real Ansible against this machine's dockerd and a loopback registry:
-pulls by digest and by a moving tag, check mode, what a registry cannot serve, and the background pull with its
-watch loop as the vllm_image role runs it. What the modules do without an engine is tested in-process in
-tests/unit/test_docker_pull_modules.py.
+"""docker_pull and job_watch run by real Ansible against this machine's dockerd and a loopback registry: pulls by
+digest and by a moving tag, check mode, what a registry cannot serve, and the background pull with its watch
+task retried until the pull ends, as the vllm_image role runs it. What the modules do without an engine is tested
+in-process in tests/unit/test_docker_pull_modules.py.
 
 The registry is Debian's docker-registry on 127.0.0.1 (dockerd treats 127.0.0.0/8 as an insecure registry, so
 plain HTTP works), started for this module and killed by its PID. Its images are built here from random bytes
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -312,11 +313,12 @@ def test_an_unreachable_registry_fails_saying_so(ansible_module, tmp_path):
     assert "is reachable from this host" in result["msg"]
 
 
-# --- the background pull with a watch loop, as the role runs it -------------------------------------------------
+# --- the background pull with a watch task retried until it ends, as the role runs it ---------------------------
 
 
-def run_background_pull(name: str, reference: str, status_file: Path) -> tuple[int, list[tuple[str, dict]]]:
-    """Run tests/integration/playbooks/pull-in-background.yml; (exit status, [(task name, result)] in order)."""
+def run_background_pull(name: str, reference: str, status_file: Path) -> tuple[int, dict[str, dict]]:
+    """Run tests/integration/playbooks/pull-in-background.yml with the default callback at -vvv, as a person
+    reads it; (exit status, {task name: what it printed}), see printed_tasks."""
     extra = {
         "pull_name": name,
         "pull_reference": reference,
@@ -334,26 +336,59 @@ def run_background_pull(name: str, reference: str, status_file: Path) -> tuple[i
         f"ansible_python_interpreter={sys.executable}",
         "-e",
         json.dumps(extra),
+        "-vvv",
     ]
-    done = subprocess.run(argv, cwd=ROOT, env=ansible_env(), capture_output=True, text=True, timeout=180)
-    report = json.loads(done.stdout)
-    return done.returncode, [(task["task"]["name"], task["hosts"]["localhost"]) for task in report["plays"][0]["tasks"]]
+    # JSON instead of ansible.cfg's YAML for the results: the same lines, and a long message is never wrapped.
+    env = dict(ansible_env(), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    return done.returncode, printed_tasks(done.stdout)
 
 
-def progress_lines(results: list[tuple[str, dict]]) -> list[str]:
-    return [result["msg"] for task, result in results if task == "Image | Show the pull's progress"]
+RETRY = re.compile(r"^FAILED - RETRYING: \[localhost\]: (.*) \((\d+) retries left\)\.Result was: ", re.MULTILINE)
+RESULT = re.compile(r"^(ok|changed|fatal|skipping): \[localhost\](?:: FAILED!)? => ", re.MULTILINE)
+# The progress line action_plugins/job_watch.py prints on the controller for each round, at any verbosity.
+PROGRESS = re.compile(r"^  \[localhost\] (.*)$", re.MULTILINE)
 
 
-def test_async_pull_with_a_watch_loop_and_async_status(clean, tmp_path):
+def printed_tasks(stdout: str) -> dict[str, dict]:
+    """{task name: {"retries": [(retries left, result)], "status": "ok", "changed" or "fatal", "result": the final
+    result, "progress": [lines job_watch's action plugin printed]}} from the default callback's -vvv output: a
+    "FAILED - RETRYING" line with the result for each round that did not end the task. The callback leaves "failed"
+    out of a result; "status" says it."""
+    decoder = json.JSONDecoder()
+    tasks = {}
+    for section in stdout.split("\nTASK [")[1:]:
+        name = section.split("]", 1)[0]
+        retries = [(int(line[2]), decoder.raw_decode(section, line.end())[0]) for line in RETRY.finditer(section)]
+        final = RESULT.search(section)
+        tasks[name] = {
+            "retries": retries,
+            "status": final[1] if final else None,
+            "result": decoder.raw_decode(section, final.end())[0] if final else None,
+            "progress": PROGRESS.findall(section),
+        }
+    return tasks
+
+
+def test_async_pull_with_a_retried_watch_and_async_status(clean, tmp_path):
     name, digest = f"{clean['slow_host']}/{PREFIX}/slow", clean["digests"]["slow"]
-    rc, results = run_background_pull(name, digest, tmp_path / "run" / "docker-pull.json")
-    assert rc == 0, results[-1]
-    lines = progress_lines(results)
-    # The throttled registry takes a few seconds: more than one round, the last one done.
-    assert len(lines) >= 2, lines
-    assert lines[-1].startswith(f"{name}@{digest[:19]}…: done, 2.4 MB downloaded in "), lines
-    assert any(" of about " in line or "estimating" in line or "waiting" in line for line in lines[:-1]), lines
-    collected = [result for task, result in results if task == "Image | Collect the pull's result"][-1]
+    rc, tasks = run_background_pull(name, digest, tmp_path / "run" / "docker-pull.json")
+    assert rc == 0, tasks
+    watch = tasks["Image | Watch the pull"]
+    # The throttled registry takes a few seconds: more than one round, one line each, counting down by one.
+    lefts = [left for left, _ in watch["retries"]]
+    assert lefts and lefts == list(range(lefts[0], lefts[0] - len(lefts), -1)), lefts
+    assert lefts[0] == (600 + 60) // 1 + 1
+    lines = [result["message"] for _, result in watch["retries"]]
+    assert all(not result["done"] for _, result in watch["retries"])
+    assert any(" of about " in line or "estimating" in line or "waiting" in line for line in lines), lines
+    # Each round's progress line is printed as it happens, not only in the -vvv retry line.
+    assert watch["progress"] == lines
+    final = watch["result"]
+    assert (watch["status"], final["done"], final["state"], final["attempts"]) == ("ok", True, "done", len(lefts) + 1)
+    assert final["message"].startswith(f"{name}@{digest[:19]}…: done, 2.4 MB downloaded in "), final
+    assert tasks["Image | Say how the pull ended"]["result"]["msg"] == final["message"]
+    collected = tasks["Image | Collect the pull's result"]["result"]
     assert collected["finished"] and collected["changed"] is True
     assert (collected["digest"], collected["pulled"]) == (digest, True)
     assert is_local(f"{name}@{digest}")
@@ -361,10 +396,13 @@ def test_async_pull_with_a_watch_loop_and_async_status(clean, tmp_path):
 
 def test_a_failed_background_pull_ends_the_watch_and_fails_at_async_status(clean, tmp_path):
     name = f"{clean['host']}/{PREFIX}/app"
-    rc, results = run_background_pull(name, "nope", tmp_path / "docker-pull.json")
+    rc, tasks = run_background_pull(name, "nope", tmp_path / "docker-pull.json")
     assert rc != 0
-    assert progress_lines(results)[-1].startswith(f"{name}:nope: the pull failed after ")
-    task, collected = results[-1]
-    assert task == "Image | Collect the pull's result"
-    assert collected["failed"] is True
+    final = tasks["Image | Watch the pull"]["result"]
+    assert (tasks["Image | Watch the pull"]["status"], final["done"], final["state"]) == ("ok", True, "failed")
+    assert "manifest unknown" in final["error"]
+    assert final["message"].startswith(f"{name}:nope: the pull failed after ")
+    assert list(tasks)[-1] == "Image | Collect the pull's result"
+    collected = tasks["Image | Collect the pull's result"]["result"]
+    assert tasks["Image | Collect the pull's result"]["status"] == "fatal"
     assert collected["msg"].startswith(f"Pulling {name}:nope failed: manifest for ")

@@ -174,8 +174,14 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
     assert len(rules()) == 8
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'
-    # job names and labels are those of the configuration.
-    alerts = get_json(f"{PROM}/api/v1/alerts")["data"]["alerts"]
-    pending = {(alert["labels"]["alertname"], alert["labels"]["spark"]) for alert in alerts}
-    assert {("SparkDown", "spark-b"), ("SparkDown", "spark-c"), ("VllmEndpointDown", "spark-b")} <= pending
+    # job names and labels are those of the configuration. A rule can evaluate before a target's first failed
+    # scrape (up has no sample yet), so the alerts are waited for, not read once.
+    expected = {("SparkDown", "spark-b"), ("SparkDown", "spark-c"), ("VllmEndpointDown", "spark-b")}
+
+    def pending_alerts() -> set[tuple[str, str]]:
+        alerts = get_json(f"{PROM}/api/v1/alerts")["data"]["alerts"]
+        return {(alert["labels"]["alertname"], alert["labels"]["spark"]) for alert in alerts}
+
+    wait_until(lambda: expected <= pending_alerts(), "the pair's down alerts pending", prometheus)
+    pending = pending_alerts()
     assert ("VllmEndpointDown", "spark-a") not in pending and ("SparkDown", "spark-a") not in pending

@@ -27,20 +27,29 @@ needs_promtool = pytest.mark.skipif(
 
 
 def fleet_inventory(ports: dict[str, int]) -> dict:
-    """A monitoring host and three Sparks on 127.0.0.1: spark-a serves one model and reported it (fact
-    vllm_server_endpoints wins over the inventory's list); spark-b and spark-c are a pair that has not reported,
-    so the inventory's list counts, for the head (spark-b) only."""
+    """A monitoring host and three Sparks on 127.0.0.1, with the facts the preflight play would publish
+    (vllm_server_resolved): spark-a serves one model and reported it (fact vllm_server_endpoints wins over what
+    preflight resolved); spark-b and spark-c are a pair that has not reported, so what preflight resolved counts,
+    for the head (spark-b, whose unit answers the API) only."""
+
+    def resolved(*models: dict) -> dict:
+        return {"vllm_server_resolved": {"listen_address": "127.0.0.1", "loopback": True, "models": list(models)}}
+
+    qwen = {"served": "qwen3-0.6b", "recipe": "qwen3-0.6b", "port": ports["vllm_a"], "api": True}
+    unused = {"served": "unused", "recipe": "unused", "port": 9, "api": True}
+    pair_model = {"served": "llama-3.3-70b-bf16", "recipe": "llama-3.3-70b-instruct-bf16-tp2", "port": ports["vllm_b"]}
     spark_a = {
         "ansible_host": "127.0.0.1",
         "fleet_monitoring_node_exporter_port": ports["node_a"],
-        "vllm_server_models": [{"recipe": "qwen3-0.6b", "port": ports["vllm_a"]}, {"recipe": "unused", "port": 9}],
+        **resolved(qwen, unused),
         "vllm_server_endpoints": [
             {"served": "qwen3-0.6b", "port": ports["vllm_a"], "unit": "vllm-qwen3-0-6b.service", "recipe": "qwen3-0.6b"}
         ],
     }
-    pair_model = [{"recipe": "llama-3.3-70b-instruct-bf16-tp2", "port": ports["vllm_b"]}]
     spark_b = {"ansible_host": "127.0.0.1", "fleet_monitoring_node_exporter_port": ports["node_b"]}
+    spark_b |= resolved(pair_model | {"api": True})
     spark_c = {"ansible_host": "127.0.0.1", "fleet_monitoring_node_exporter_port": ports["node_c"]}
+    spark_c |= resolved(pair_model | {"api": False})
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     return {
         "all": {
@@ -51,7 +60,7 @@ def fleet_inventory(ports: dict[str, int]) -> dict:
                     "children": {
                         "pair_x": {
                             "hosts": {"spark-b": spark_b, "spark-c": spark_c},
-                            "vars": {"spark_fabric_pair_group": "pair_x", "vllm_server_models": pair_model},
+                            "vars": {"spark_fabric_pair_group": "pair_x"},
                         }
                     },
                 },
@@ -168,11 +177,14 @@ def test_scrape_targets_are_the_exporters_and_the_endpoints_that_answer_the_api(
         (f"127.0.0.1:{PORTS['node_b']}", {"spark": "spark-b"}),
         (f"127.0.0.1:{PORTS['node_c']}", {"spark": "spark-c"}),
     ]
-    # spark-a: its reported endpoint only (not the inventory's second entry); spark-b: the pair's head, from the
-    # inventory; spark-c: the pair's worker answers no API, so nothing.
+    # spark-a: its reported endpoint only (not the second model preflight resolved); spark-b: the pair's head, from
+    # what preflight resolved; spark-c: the pair's worker answers no API, so nothing.
     assert targets_of(config, "vllm") == [
         (f"127.0.0.1:{PORTS['vllm_a']}", {"spark": "spark-a", "model": "qwen3-0.6b", "recipe": "qwen3-0.6b"}),
-        (f"127.0.0.1:{PORTS['vllm_b']}", {"spark": "spark-b", "recipe": "llama-3.3-70b-instruct-bf16-tp2"}),
+        (
+            f"127.0.0.1:{PORTS['vllm_b']}",
+            {"spark": "spark-b", "model": "llama-3.3-70b-bf16", "recipe": "llama-3.3-70b-instruct-bf16-tp2"},
+        ),
     ]
 
 
@@ -218,7 +230,7 @@ def test_validate_names_the_variable_at_fault(tmp_path):
     tasks = []
     for name, variables in cases.items():
         include = {"name": f"Validate {name}", "ansible.builtin.include_role": {"name": "fleet_monitoring"}}
-        include["ansible.builtin.include_role"]["tasks_from"] = "validate.yml"
+        include["ansible.builtin.include_role"]["tasks_from"] = "validate"
         include["vars"] = variables
         record = {"ansible.builtin.set_fact": {"messages": "{{ messages | combine({" + repr(name) + ": __message}) }}"}}
         record["vars"] = {"__message": "{{ ansible_failed_result.msg }}"}

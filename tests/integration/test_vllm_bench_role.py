@@ -40,12 +40,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def run_role(tmp: Path, server: Server, **settings) -> subprocess.CompletedProcess:
     """One playbook: the facts the "Model serving" play would publish, then the role."""
-    endpoint = {"served": MODEL, "port": server.port, "unit": "vllm-nemotron.service"}
+    endpoint = {
+        "served": MODEL,
+        "port": server.port,
+        "url": f"http://127.0.0.1:{server.port}",
+        "unit": "vllm-nemotron.service",
+    }
     endpoint |= {"recipe": "nemotron-3-super-120b-a12b-nvfp4", "image_shown": "vllm/vllm-openai@sha256:abc"}
     endpoint |= {"memory": "weights 74.8 GiB + KV 20 GiB of 108 GiB", "hf_repo": "nvidia/x", "hf_revision": "ff43"}
     variables = {
         "vllm_server_endpoints": [endpoint],
-        "vllm_server_api_key": KEY,
+        "sparkfleet_api_key": KEY,
         "vllm_bench_results_dir": str(tmp / "results"),
         "vllm_bench_scenarios": SCENARIOS,
         "vllm_bench_runs": 1,

@@ -17,16 +17,10 @@ from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 
-import ansible.module_utils
 import pytest
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from helpers import ROOT, STANDIN_NVIDIA_SMI
-
-# Our module_utils/ as part of ansible.module_utils, as Ansible's module loader makes it for a module it runs:
-# `from ansible.module_utils.hf_snapshot import ...` in library/hf_prefetch.py then resolves to module_utils/.
-if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 
 
 def load_module(name: str):
@@ -118,8 +112,8 @@ class Clock:
 
 @pytest.fixture
 def watch_clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The clock of module_utils/status_watch.py, the wait both progress watchers (docker_pull_watch,
-    hf_prefetch_watch) share: a watcher's wait_seconds then pass at once, and the test reads how long it waited."""
+    """The clock of module_utils/status_watch.py, the wait behind job_watch: its wait then passes at once, and the
+    test reads how long it waited."""
     import ansible.module_utils.status_watch as status_watch
 
     clock = Clock()

@@ -1,4 +1,4 @@
-"""docker_pull and docker_pull_watch in-process (tests/unit/conftest.py's run_module): what they do without a
+"""docker_pull and job_watch (kind=pull) in-process (tests/unit/conftest.py's run_module): what they do without a
 Docker engine, namely refusing bad input, naming a missing engine, and reading a pull's status file. The pulls
 themselves, from a loopback registry through this machine's dockerd, are in
 tests/integration/test_docker_pull_registry.py."""
@@ -29,7 +29,7 @@ def test_bad_input_and_a_missing_engine_are_named(run_module, tmp_path, args, me
     assert message in result["msg"]
 
 
-# --- docker_pull_watch ----------------------------------------------------------------------------------------
+# --- job_watch, kind=pull ---------------------------------------------------------------------------------------
 
 
 def write_status(path: Path, **record) -> None:
@@ -38,9 +38,9 @@ def write_status(path: Path, **record) -> None:
 
 def test_watch_without_a_status_file_waits_for_the_pull_to_start(run_module, watch_clock, tmp_path):
     started = watch_clock.monotonic()
-    result = run_module("docker_pull_watch", {"status_file": str(tmp_path / "none.json"), "wait_seconds": 2})
+    result = run_module("job_watch", {"kind": "pull", "status_file": str(tmp_path / "none.json"), "wait_seconds": 2})
     assert watch_clock.monotonic() - started >= 2
-    assert (result["changed"], result["done"], result["state"], result["progress"]) == (False, False, None, None)
+    assert (result["changed"], result["done"], result["state"], result["error"]) == (False, False, None, None)
     assert result["message"] == "waiting for the pull to start"
 
 
@@ -64,13 +64,13 @@ def test_watch_mid_pull_reports_bytes_layers_and_time_left(run_module, watch_clo
         outcome=None,
         error=None,
     )
-    result = run_module("docker_pull_watch", {"status_file": str(path), "wait_seconds": 1}, check_mode=True)
+    args = {"kind": "pull", "status_file": str(path), "wait_seconds": 1}
+    result = run_module("job_watch", args, check_mode=True)
     assert (result["changed"], result["done"], result["state"]) == (False, False, "pulling")
     assert result["message"].startswith(
         "vllm/vllm-openai@sha256:ab12ab12ab12…: 3.1 of about 10.4 GB (12 of 31 layers) after 4m1"
     )
     assert result["message"].endswith(", 12.5 MB/s, about 10m left")
-    assert result["progress"]["bytes_done"] == 3_125_000_000
 
 
 @pytest.mark.parametrize(
@@ -100,7 +100,7 @@ def test_watch_on_an_ended_pull_is_done_and_never_fails(run_module, watch_clock,
         error=error,
     )
     started = watch_clock.monotonic()
-    result = run_module("docker_pull_watch", {"status_file": str(path), "wait_seconds": 30})
+    result = run_module("job_watch", {"kind": "pull", "status_file": str(path), "wait_seconds": 30})
     assert watch_clock.monotonic() - started < 20  # an ended pull answers at once
     assert not result.get("failed")
     assert (result["changed"], result["done"], result["state"], result["error"]) == (False, True, state, error)

@@ -313,24 +313,39 @@ def test_a_peer_verifies_what_it_received_against_the_origins_manifest(prefetch,
     assert missing["failed"] is True and "did not arrive from the origin host: config.json" in missing["msg"]
 
 
-def test_the_watcher_reports_progress_and_stops_at_the_end(run_module, watch_clock, tmp_path):
+def test_the_watch_reports_progress_and_stops_at_the_end(run_module, watch_clock, tmp_path):
     status = tmp_path / "status.json"
-    args = {"status_file": str(status), "wait_seconds": 0}
-    nothing = run_module("hf_prefetch_watch", args)
+    args = {"kind": "fetch", "status_file": str(status), "wait_seconds": 0}
+    nothing = run_module("job_watch", args)
     assert nothing["done"] is False and nothing["message"] == "waiting for the prefetch to start"
     record = snap.progress_record(
         "downloading", QWEN, time.time() - 60, commit=COMMIT, bytes_total=4_000_000_000, bytes_done=1_000_000_000,
         files_total=4, files_done=1,
     )  # fmt: skip
-    snap.write_json_atomically(str(status), record)
+    snap.write_status_file(str(status), record)
     waited_from = watch_clock.monotonic()
-    running = run_module("hf_prefetch_watch", {"status_file": str(status), "wait_seconds": 2})
-    assert running["done"] is False and running["changed"] is False
+    running = run_module("job_watch", dict(args, wait_seconds=2))
+    assert running["done"] is False and running["changed"] is False and running["state"] == "downloading"
     assert watch_clock.monotonic() - waited_from == 2  # a running prefetch: the whole wait, then a line
     assert running["message"].startswith(
         "Qwen/Qwen3-0.6B@c1899de: downloading 1.0 GB of 4.0 GB (1 of 4 files) after 1m"
     )
     assert "MB/s, about " in running["message"]
-    snap.write_json_atomically(str(status), dict(record, state="done", bytes_done=record["bytes_total"]))
-    ended = run_module("hf_prefetch_watch", args)
-    assert ended["done"] is True and ended["state"] == "done"
+    snap.write_status_file(str(status), dict(record, state="failed", error="the disk is full"))
+    failed = run_module("job_watch", args)
+    assert (failed["done"], failed["state"], failed["error"]) == (True, "failed", "the disk is full")
+    assert failed.get("failed") is not True  # the job failed, not the watch: async_status collects why
+    snap.write_status_file(str(status), dict(record, state="done", bytes_done=record["bytes_total"]))
+    ended = run_module("job_watch", args)
+    assert ended["done"] is True and ended["state"] == "done" and ended["error"] is None
+
+
+def test_the_watch_of_a_long_fetch_waits_a_twentieth_of_its_time_so_far(run_module, watch_clock, tmp_path):
+    status = tmp_path / "status.json"
+    snap.write_status_file(str(status), snap.progress_record("downloading", QWEN, time.time() - 4000))
+    args = {"kind": "fetch", "status_file": str(status), "wait_seconds": 30}
+    for started_ago, wait in ((60, 30), (4000, 200)):
+        waited_from = watch_clock.monotonic()
+        result = run_module("job_watch", dict(args, started=time.time() - started_ago))
+        assert watch_clock.monotonic() - waited_from == pytest.approx(wait, abs=1)
+        assert result["waited_at_most"] == pytest.approx(wait, abs=1) and result["done"] is False

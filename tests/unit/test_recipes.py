@@ -240,13 +240,13 @@ def test_false_turns_a_boolean_flag_off_and_json_flags_render_as_json():
 
 
 def test_an_unknown_recipe_lists_the_known_ones():
-    with pytest.raises(RecipeError, match=r"no recipe named 'llama-4' in .*qwen3-0\.6b"):
+    with pytest.raises(RecipeError, match=r"recipe 'llama-4' was not found: .*qwen3-0\.6b"):
         load_recipe("llama-4", RECIPES_DIR)
 
 
 def test_a_recipe_that_is_not_a_mapping_is_refused(tmp_path):
     (tmp_path / "broken.yml").write_text(yaml.safe_dump(["a", "b"]), encoding="utf-8")
-    with pytest.raises(RecipeError, match="must hold a mapping"):
+    with pytest.raises(RecipeError, match="does not hold a mapping of recipe keys"):
         load_recipe("broken", tmp_path)
 
 

@@ -1,0 +1,155 @@
+"""What a host serves, resolved once: the rules that turn one vllm_server_models entry and its checked recipe into
+the names, paths, URLs and command line every later step uses.
+
+library/vllm_models.py calls these once per host in preflight and publishes the result as the fact
+vllm_server_resolved; the roles read that fact and never re-derive any of it. Each rule lives here only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.hf_snapshot import snapshot_folder
+
+# Characters a served model name may keep in unit and container names; the others become "-".
+UNIT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+# Binds that mean "every address": clients on the host itself reach them through loopback.
+WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "127.0.0.1"}
+
+# Addresses only this host can reach: an endpoint there needs no API key.
+LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
+
+# Where the container expects its caches (the image runs as root), under vllm_server_data_dir on the host.
+CONTAINER_MOUNTS = (
+    ("huggingface", "/root/.cache/huggingface"),
+    ("cache/vllm", "/root/.cache/vllm"),
+    ("cache/flashinfer", "/root/.cache/flashinfer"),
+    ("cache/triton", "/root/.triton"),
+)
+
+# RDMA for NCCL where a pair's host has it (spark-facts.md: --device=/dev/infiniband, IPC_LOCK, memlock).
+RDMA_DOCKER_ARGS = ("--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1")
+
+
+def unit_slug(served_model_name: str) -> str:
+    """The served name as it appears in unit, container and file names."""
+    return UNIT_NAME_UNSAFE.sub("-", served_model_name)
+
+
+def is_loopback(address: str) -> bool:
+    """Whether only this host can reach an endpoint bound to `address`."""
+    return address in LOOPBACK_ADDRESSES or address.startswith("127.")
+
+
+def url_host(listen_address: str) -> str:
+    """The host part of a URL that reaches an endpoint bound to `listen_address`, from the host itself:
+    loopback for a wildcard bind, brackets around an IPv6 address."""
+    if listen_address in WILDCARD_ADDRESSES:
+        return WILDCARD_ADDRESSES[listen_address]
+    return f"[{listen_address}]" if ":" in listen_address else listen_address
+
+
+def endpoint_url(listen_address: str, port: int) -> str:
+    return f"http://{url_host(listen_address)}:{port}"
+
+
+def hf_cache_dir(data_dir: str) -> str:
+    """huggingface_hub's cache on the host, mounted into the container as /root/.cache/huggingface/hub."""
+    return f"{data_dir.rstrip('/')}/huggingface/hub"
+
+
+def cache_dirs(data_dir: str) -> list[str]:
+    """The host folders mounted into every vLLM container (created by the role before the first start)."""
+    return [f"{data_dir.rstrip('/')}/{host}" for host, _ in CONTAINER_MOUNTS]
+
+
+def volumes(data_dir: str) -> list[str]:
+    """The container's --volume values: every cache folder under the data folder."""
+    containers = [container for _, container in CONTAINER_MOUNTS]
+    return [f"{folder}:{container}" for folder, container in zip(cache_dirs(data_dir), containers, strict=True)]
+
+
+def pair_args(node: dict) -> list[str]:
+    """The arguments a two-Spark model adds on one rank of its pair: both ranks run the same command line, the
+    worker headless, every socket on the link (spark_fabric_node, from roles/spark_fabric)."""
+    rank = int(node["rank"])
+    args = ["--nnodes", "2", "--node-rank", str(rank)]
+    args += ["--master-addr", str(node["head_address"]), "--master-port", str(node["master_port"])]
+    return args + (["--headless"] if rank > 0 else [])
+
+
+def resolve_model(
+    *,
+    recipe: dict,
+    port: int,
+    serve_args: list[str],
+    env: dict[str, str],
+    plan: dict,
+    listen_address: str,
+    data_dir: str,
+    config_dir: str,
+    fabric: dict,
+    host: str,
+) -> dict:
+    """One served model, everything the roles need about it. `recipe` is checked and merged with its overrides,
+    `serve_args` and `env` come from it (library/vllm_recipe's rules), `plan` is its share of the host's plan."""
+    slug = unit_slug(recipe["served_model_name"])
+    multinode = recipe["tensor_parallel_size"] > 1
+    # A two-Spark model on a host in no pair is refused by the role's check right after (it names the fix);
+    # until then it resolves as rank 0 without pair arguments.
+    paired = multinode and "rank" in fabric
+    rank = int(fabric["rank"]) if paired else 0
+    config_dir = config_dir.rstrip("/")
+    return {
+        "served": recipe["served_model_name"],
+        "recipe": recipe["name"],
+        "settings": recipe,
+        "hf_repo": recipe["hf_repo"],
+        "hf_revision": recipe["hf_revision"],
+        "snapshot": snapshot_folder(hf_cache_dir(data_dir), recipe["hf_repo"], recipe["hf_revision"]),
+        "unit": f"vllm-{slug}.service",
+        "container": f"vllm-{slug}",
+        "secrets_file": f"{config_dir}/{slug}.secrets.env",
+        "last_good": f"{config_dir}/{slug}.last-good",
+        "port": port,
+        "url": endpoint_url(listen_address, port),
+        # The recipe's own image; "" runs the host's default (vllm_server_image, else the image vllm_image pinned).
+        "recipe_image": recipe.get("image") or "",
+        "gpu_memory_utilization": recipe["gpu_memory_utilization"],
+        "plan": plan,
+        # Two Sparks (tensor parallel 2): both run the same command, rank 1 headless; every socket on the link.
+        "multinode": multinode,
+        "rank": rank,
+        # Whether this unit answers the API (a pair's worker does not: it is reached through its head).
+        "api": rank == 0,
+        "pair": fabric["pair"] if paired else "",
+        "head": fabric["head"] if paired else host,
+        "serve_args": serve_args + (pair_args(fabric) if paired else []),
+        "env": {**env, **(fabric.get("env", {}) if paired else {})},
+        "docker_args": list(RDMA_DOCKER_ARGS) if paired and fabric.get("rdma") else [],
+        "volumes": volumes(data_dir),
+    }
+
+
+def snapshots(models: list[dict]) -> list[dict]:
+    """The snapshots to fetch, each once (two served names of one model share their weights)."""
+    unique: list[dict] = []
+    for model in models:
+        snapshot = {"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}
+        if snapshot not in unique:
+            unique.append(snapshot)
+    return unique
+
+
+def duplicate_unit_problems(models: list[dict], label: str) -> list[str]:
+    """Two entries whose served names map to one unit name would overwrite each other's unit."""
+    problems, seen = [], {}
+    for index, model in enumerate(models):
+        first = seen.setdefault(model["unit"], index)
+        if first != index:
+            problems.append(
+                f"{label}[{index}] ({model['served']}) and {label}[{first}] ({models[first]['served']}) would both "
+                f"run as {model['unit']}: give each entry a served_model_name of its own"
+            )
+    return problems
