@@ -62,8 +62,15 @@ options:
   token:
     description:
       - Hugging Face token for gated or private repositories. Never logged, and never in a message or the status
-        file. (Run with C(async), it sits in Ansible's root-only job file on the host while the job runs.)
+        file. Run with C(async), Ansible keeps a module's arguments in a file on the host while the job runs, so
+        give O(token_file) instead.
     type: str
+  token_file:
+    description:
+      - A root-only file holding the token (one line), read once when the module starts; what to use with
+        C(async), so the token is not among the job's arguments on the host's disk. The model_weights role
+        writes it to C(/run) (memory) for the fetch and removes it afterwards. Mutually exclusive with O(token).
+    type: path
   endpoint:
     description: The Hub, or a mirror of it (the value huggingface_hub reads from C(HF_ENDPOINT)).
     type: str
@@ -574,6 +581,18 @@ def input_problem(params: dict) -> str | None:
     return None
 
 
+def read_token_file(module: AnsibleModule) -> None:
+    """Take the token from token_file, and keep it out of every message from here on (no_log_values)."""
+    path = module.params["token_file"]
+    try:
+        with open(path, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    except OSError as error:
+        module.fail_json(msg=f"token_file {path} cannot be read: {error.strerror}")
+    module.no_log_values.add(token)
+    module.params["token"] = token or None
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -583,6 +602,7 @@ def main() -> None:
             "ignore_patterns": {"type": "list", "elements": "str", "default": []},
             "cache_dir": {"type": "path", "required": True},
             "token": {"type": "str", "no_log": True},
+            "token_file": {"type": "path"},
             "endpoint": {"type": "str", "default": HUB},
             "xet": {"type": "str", "choices": ["auto", "true", "false"], "default": "auto"},
             "verify": {"type": "str", "choices": ["size", "full"], "default": "full"},
@@ -595,7 +615,10 @@ def main() -> None:
             "disk_reserve_gib": {"type": "float", "default": 2.0},
         },
         supports_check_mode=True,
+        mutually_exclusive=[("token", "token_file")],
     )
+    if module.params["token_file"]:
+        read_token_file(module)
     problem = input_problem(module.params)
     if problem:
         module.fail_json(msg=problem + ".")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.hf_snapshot import snapshot_folder
+from ansible.module_utils.input_rules import is_loopback_host
 
 # Characters a served model name may keep in unit and container names; the others become "-".
 UNIT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -17,8 +18,6 @@ UNIT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 # Binds that mean "every address": clients on the host itself reach them through loopback.
 WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "127.0.0.1"}
 
-# Addresses only this host can reach: an endpoint there needs no API key.
-LOOPBACK_ADDRESSES = ("127.0.0.1", "::1", "localhost")
 
 # Where the container expects its caches (the image runs as root), under vllm_server_data_dir on the host.
 CONTAINER_MOUNTS = (
@@ -38,8 +37,8 @@ def unit_slug(served_model_name: str) -> str:
 
 
 def is_loopback(address: str) -> bool:
-    """Whether only this host can reach an endpoint bound to `address`."""
-    return address in LOOPBACK_ADDRESSES or address.startswith("127.")
+    """Whether only this host can reach an endpoint bound to `address` (there it needs no API key)."""
+    return is_loopback_host(address)
 
 
 def url_host(listen_address: str) -> str:

@@ -13,6 +13,8 @@ import json
 import re
 from pathlib import Path
 
+from ansible.module_utils import input_rules
+
 # The planner's four values: top-level recipe keys, rendered as these flags.
 PLANNED_FLAGS = {
     "gpu_memory_utilization": "gpu-memory-utilization",
@@ -42,7 +44,6 @@ MODEL_DTYPES = ("bfloat16", "float16", "float32")
 NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 REVISION = re.compile(r"^[0-9a-f]{40}$")
-IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_.-]+|@sha256:[0-9a-f]{64})$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -107,6 +108,11 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _why(kind: str, value: object) -> str:
+    """What input_rules says about a value, as the end of a sentence."""
+    return input_rules.problem(kind, value) or "is good"
+
+
 def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
     """Every way `recipe` departs from the schema in recipes/README.md, one message each."""
     problems: list[str] = []
@@ -127,10 +133,23 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
         "a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
         "(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)",
     )
-    need("served_model_name", isinstance(get("served_model_name"), str) and bool(get("served_model_name")), "text")
+    # The served name lands in unit and file names, Prometheus labels and printed curl lines: a safe set only.
+    served = get("served_model_name")
+    need(
+        "served_model_name",
+        input_rules.served_name(served) is None,
+        f"a served name; this one {_why('served_name', served)}",
+    )
     if "image" in recipe and get("image") not in ("", None):
-        need("image", isinstance(get("image"), str) and bool(IMAGE.match(get("image"))), "repo:tag or repo@sha256:…")
-    need("tensor_parallel_size", _is_int(get("tensor_parallel_size")) and get("tensor_parallel_size") >= 1, "1 or 2")
+        need(
+            "image",
+            input_rules.image(get("image")) is None,
+            f"an image reference; this one {_why('image', get('image'))}",
+        )
+    # One Spark, or two linked by ConnectX-7: vLLM's multi-node launch here knows no other size.
+    need(
+        "tensor_parallel_size", get("tensor_parallel_size") in (1, 2) and _is_int(get("tensor_parallel_size")), "1 or 2"
+    )
     utilization = get("gpu_memory_utilization")
     need("gpu_memory_utilization", _is_number(utilization) and 0 < utilization < 1, "a fraction between 0 and 1")
     need("max_model_len", _is_int(get("max_model_len")) and get("max_model_len") > 0, "a positive number of tokens")
@@ -207,6 +226,8 @@ def _env_problems(env: dict, label: str) -> list[str]:
             problems.append(f"{label}.{key}: secrets never go in a recipe; set {SECRET_ENV[key]} instead")
         elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
             problems.append(f'{label}.{key}={value!r}: expected text (quote it, e.g. "1")')
+        elif input_rules.text(str(value)):
+            problems.append(f"{label}.{key}={value!r}: {input_rules.text(str(value))}: one line of text only")
     return problems
 
 
@@ -243,7 +264,7 @@ def flag_problems(recipe: dict, flag_specs: dict, label: str = "recipe", source:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(f"{where}: --{name} is not a flag of `vllm serve` in {source}{hint}")
         elif value is not None:
-            problem = _value_problem(flag_specs[name], value)
+            problem = _value_problem(flag_specs[name], value) or input_rules.text(_text(value))
             if problem:
                 problems.append(f"{where}={value!r}: {problem}")
     return problems

@@ -52,7 +52,7 @@ finish() {
 # --- setup: a failure here stops the run, since no check could mean anything without it ---------------------
 
 apt_packages=(docker.io debootstrap docker-registry apt-utils gnupg curl make iproute2 iputils-ping openssh-client
-  prometheus prometheus-node-exporter)
+  prometheus prometheus-node-exporter haproxy)
 install_apt_packages() {
   local missing=()
   for package in "${apt_packages[@]}"; do

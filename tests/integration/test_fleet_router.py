@@ -1,18 +1,24 @@
 """The fleet's router on loopback: the real vllm-router, started with the command line of the fleet_router role's
 unit (rendered by Ansible from the role's template and defaults), in front of stand-in vLLM servers, with the
-role's helper (router_workers.py) registering, draining and readmitting them. Nothing here leaves 127.0.0.1."""
+role's helper (router_workers.py) registering, draining and readmitting them, and the real HAProxy (Debian's
+package: apt-get install haproxy) with the role's configuration in front of it, as on a router whose endpoint is on
+the network. Nothing here leaves 127.0.0.1: the role's files are rendered for a network address (192.0.2.10, a
+documentation address no test binds or reaches) and HAProxy's listener is moved to 127.0.0.1."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +33,8 @@ from fleet_load import Load  # the same client the molecule fleet scenario uses
 ROLE = ROOT / "roles" / "fleet_router"
 TOOL = ROLE / "files" / "router_workers.py"
 KEY = "fleet-key"
+NETWORK_ADDRESS = "192.0.2.10"  # what the role's files are rendered for; never bound here (see the docstring)
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 TOOL_TIMEOUT_S = READY_TIMEOUT_S + 60  # router_workers.py waits up to --wait itself
 STANDIN_ENV = {"VLLM_STANDIN_LOAD_SECONDS": "0.3", "VLLM_STANDIN_DECODE_TOK_S": "200"}
 
@@ -58,8 +66,12 @@ class Backend:
         return sum(float(value) for value in re.findall(r"(?m)^vllm:request_success_total\{[^}]*\} (\S+)$", text))
 
 
-def get(url: str, key: str | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url, headers={"authorization": f"Bearer {key}"} if key else {})
+def get(url: str, key: str | None = None, method: str = "GET", body: object | None = None) -> tuple[int, str]:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    data = json.dumps(body).encode() if body is not None else None
+    if data is not None:
+        headers["content-type"] = "application/json"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
@@ -69,21 +81,49 @@ def get(url: str, key: str | None = None) -> tuple[int, str]:
         return 0, ""
 
 
-def rendered_unit(tmp: Path, port: int) -> str:
-    """The role's unit file for a router on 127.0.0.1:port, rendered by Ansible with the role's defaults."""
-    dest = tmp / "sparkfleet-router.service"
-    variables = {"fleet_router_listen_address": "127.0.0.1", "fleet_router_port": port}
-    variables |= {
-        "fleet_router_metrics_port": free_port(),
-        "fleet_router_venv": str(Path(sys.executable).parent.parent),
-    }
-    variables |= {"fleet_router_health_interval_s": 1, "ansible_python_interpreter": sys.executable}
+def render(tmp: Path, template: str, variables: dict) -> tuple[subprocess.CompletedProcess, Path]:
+    """Ansible's run of one of the role's templates (path under templates/) with the role's defaults and internal
+    variables and VARIABLES over them, and where it writes the file."""
+    dest = tmp / Path(template).name.removesuffix(".j2")
+    variables = {**variables, "ansible_python_interpreter": sys.executable}
     argv = [ansible_tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", "ansible.builtin.template"]
-    argv += ["-a", f"src={ROLE}/templates/etc/systemd/system/sparkfleet-router.service.j2 dest={dest}"]
+    argv += ["-a", f"src={ROLE}/templates/{template} dest={dest}"]
     argv += ["-e", f"@{ROLE}/defaults/main.yml", "-e", f"@{ROLE}/vars/main.yml", "-e", json.dumps(variables)]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120), dest
+
+
+def rendered(tmp: Path, template: str, variables: dict) -> str:
+    """The text of one of the role's templates, rendered as render() does."""
+    done, dest = render(tmp, template, variables)
     assert done.returncode == 0, done.stdout + done.stderr
     return dest.read_text()
+
+
+UNIT = "etc/systemd/system/sparkfleet-router.service.j2"
+FRONT = "etc/haproxy/haproxy.cfg.j2"
+
+
+def router_variables(port: int, internal_port: int, metrics_port: int) -> dict:
+    """A router whose endpoint is on the network (NETWORK_ADDRESS:port), quick health checks, this venv's router."""
+    return {
+        "fleet_router_listen_address": NETWORK_ADDRESS,
+        "fleet_router_port": port,
+        "fleet_router_internal_port": internal_port,
+        "fleet_router_metrics_port": metrics_port,
+        "fleet_router_venv": str(Path(sys.executable).parent.parent),
+        "fleet_router_health_interval_s": 1,
+    }
+
+
+def front_on_loopback(config: str, port: int) -> str:
+    """The role's HAProxy configuration with its listener moved from NETWORK_ADDRESS to 127.0.0.1, and, when this
+    test does not run as root, without the switch to Debian's haproxy user and its chroot (which need root)."""
+    bind = f"    bind {NETWORK_ADDRESS}:{port}\n"
+    assert bind in config, config
+    config = config.replace(bind, f"    bind 127.0.0.1:{port}\n")
+    if os.geteuid() != 0:
+        config = re.sub(r"(?m)^    (chroot|user|group) .*\n", "", config)
+    return config
 
 
 def command_of(unit: str, key: str) -> list[str]:
@@ -95,28 +135,50 @@ def command_of(unit: str, key: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """Three stand-in Sparks, vllm-router on 127.0.0.1:internal port as the unit runs it, HAProxy on 127.0.0.1:port
+    with the role's configuration. "base" is the endpoint clients use (HAProxy), "admin" vllm-router itself."""
+    assert Path(HAPROXY).exists(), "HAProxy is not installed: apt-get install haproxy (tests/run-all.sh does)"
     tmp = tmp_path_factory.mktemp("router")
     backends = [Backend(tmp, "qwen3-0.6b"), Backend(tmp, "qwen3-0.6b"), Backend(tmp, "model-b")]
-    port = free_port()
-    unit = rendered_unit(tmp, port)
+    port, internal_port = free_port(), free_port()
+    variables = router_variables(port, internal_port, free_port())
+    unit = rendered(tmp, UNIT, variables)
+    front = rendered(tmp, FRONT, variables)
+    (tmp / "haproxy.cfg").write_text(front_on_loopback(front, port))
+    checked = subprocess.run([HAPROXY, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr  # as the role's template task validates it
     with (tmp / "router.log").open("wb") as log:
         router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
+    with (tmp / "haproxy.log").open("wb") as log:
+        haproxy = subprocess.Popen([HAPROXY, "-db", "-f", str(tmp / "haproxy.cfg")], stdout=log, stderr=log)
     workers = tmp / "workers.json"
     workers.write_text(json.dumps([{"host": f"h{i}", "url": b.url, "model": b.model} for i, b in enumerate(backends)]))
     post = command_of(unit, "ExecStartPost")
     assert post[1] == "/usr/local/lib/sparkfleet/router_workers.py"  # where install.yml puts the role's file
     post[1], post[post.index("--workers") + 1] = str(TOOL), str(workers)
     post[post.index("--wait") + 1] = str(READY_TIMEOUT_S)  # the unit's 60 s, sized for a loaded 2-core machine
-    base = f"http://127.0.0.1:{port}"
+    admin, base = f"http://127.0.0.1:{internal_port}", f"http://127.0.0.1:{port}"
+    logs = [tmp / "router.log", tmp / "haproxy.log", *(backend.log for backend in backends)]
     try:
         started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
         assert started.returncode == 0, started.stderr + log_tails([tmp / "router.log"])
         assert sorted(json.loads(started.stdout)["added"]) == sorted(b.url for b in backends)
-        logs = [tmp / "router.log", *(backend.log for backend in backends)]
-        yield {"base": base, "backends": backends, "workers": workers, "unit": unit, "started": started, "logs": logs}
+        wait_until(lambda: get(base + "/health")[0] == 200, "HAProxy forwards /health", logs)
+        yield {
+            "base": base,
+            "admin": admin,
+            "backends": backends,
+            "workers": workers,
+            "unit": unit,
+            "front": front,
+            "post": post,
+            "started": started,
+            "logs": logs,
+        }
     finally:
-        router.terminate()
-        router.wait(timeout=10)
+        for process in (haproxy, router):
+            process.terminate()
+            process.wait(timeout=10)
         for backend in backends:
             if backend.process.poll() is None:
                 backend.process.terminate()
@@ -160,6 +222,113 @@ def test_the_unit_runs_the_router_in_multi_model_mode_with_health_checks_and_ret
     assert argv[argv.index("--cb-timeout-duration-secs") + 1] == "2"  # health interval 1 s x 2 successes
 
 
+def test_behind_haproxy_the_router_and_its_helper_keep_to_loopback(fleet):
+    argv, post = command_of(fleet["unit"], "ExecStart"), command_of(fleet["unit"], "ExecStartPost")
+    internal = fleet["admin"].rsplit(":", 1)[1]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == internal
+    assert post[post.index("--router") + 1] == fleet["admin"]
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"  # metrics: on their own loopback address
+
+
+def test_the_default_endpoint_is_vllm_router_on_loopback(tmp_path):
+    """No listen address in the inventory: the endpoint is vllm-router itself on 127.0.0.1:8080, no HAProxy."""
+    unit = rendered(tmp_path, UNIT, {})
+    argv, post = command_of(unit, "ExecStart"), command_of(unit, "ExecStartPost")
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8080"
+    assert post[post.index("--router") + 1] == "http://127.0.0.1:8080"
+
+
+# vllm-router's admin and internal paths (its server.rs: /workers and /workers/{url}, the legacy /add_worker,
+# /remove_worker, /list_workers, /flush_cache, /get_loads, and /get_server_info, /get_model_info, /health_generate),
+# what it would pass on to a Spark unchecked (vLLM's key guards /v1 only: /metrics, /tokenize, /sleep ...), and the
+# spellings that could reach them from an allowed prefix.
+REFUSED = [
+    ("GET", "/workers"),
+    ("POST", "/workers"),
+    ("DELETE", "/workers/" + urllib.parse.quote("http://127.0.0.1:9", safe="")),
+    ("GET", "/workers/" + urllib.parse.quote("http://127.0.0.1:9", safe="")),
+    ("POST", "/add_worker?url=http://127.0.0.1:9"),
+    ("POST", "/remove_worker?url=http://127.0.0.1:9"),
+    ("GET", "/list_workers"),
+    ("POST", "/flush_cache"),
+    ("GET", "/get_loads"),
+    ("GET", "/get_server_info"),
+    ("GET", "/get_model_info"),
+    ("GET", "/health_generate"),
+    ("GET", "/metrics"),
+    ("POST", "/tokenize"),
+    ("POST", "/sleep"),
+    ("GET", "/"),
+    ("GET", "/v1/../workers"),
+    ("GET", "/v1/%2e%2e/workers"),
+    ("GET", "//workers"),
+    ("GET", "/v1//workers"),
+    ("GET", "/health/../workers"),
+    ("GET", "/WORKERS"),
+]
+
+
+def raw_status(port: int, method: str, path: str, body: bytes = b"") -> int:
+    """The status of one request sent byte for byte (urllib would tidy "/v1/../workers" into "/workers")."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest(method, path, skip_accept_encoding=True)
+        connection.putheader("authorization", f"Bearer {KEY}")
+        connection.putheader("content-type", "application/json")
+        connection.putheader("content-length", str(len(body)))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(("method", "path"), REFUSED)
+def test_the_endpoint_refuses_the_admin_api_and_every_other_path(fleet, method, path):
+    port = int(fleet["base"].rsplit(":", 1)[1])
+    body = json.dumps({"url": "http://127.0.0.1:9", "model_id": "qwen3-0.6b"}).encode() if method == "POST" else b""
+    assert raw_status(port, method, path, body) == 403
+
+
+def test_a_refused_worker_is_not_added_and_the_admin_api_still_answers_on_loopback(fleet):
+    base, admin = fleet["base"], fleet["admin"]
+    intruder = {"url": "http://127.0.0.1:9", "model_id": "qwen3-0.6b"}
+    assert get(base + "/workers", key=KEY, method="POST", body=intruder)[0] == 403
+    assert get(base + "/workers", key=KEY)[0] == 403
+    status, text = get(admin + "/workers")  # what router_workers.py uses, on vllm-router's own loopback port
+    assert status == 200
+    held = {worker["url"] for worker in json.loads(text)["workers"]}
+    assert intruder["url"] not in held and {backend.url for backend in fleet["backends"]} <= held
+
+
+def test_the_endpoint_forwards_the_openai_api_and_health(fleet):
+    base = fleet["base"]
+    assert get(base + "/health")[0] == 200
+    assert get(base + "/v1/models", key=KEY)[0] == 200
+    assert chat(base, "qwen3-0.6b") == (200, "qwen3-0.6b")
+    assert chat(base, "qwen3-0.6b", key=None)[0] == 401  # through HAProxy too, the Spark checks the key
+
+
+def test_a_streamed_answer_comes_through_haproxy_whole(fleet):
+    body = {"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "stream": True}
+    request = urllib.request.Request(
+        fleet["base"] + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        text = response.read().decode()
+    assert text.rstrip().endswith("data: [DONE]") and text.count("data: ") > 2
+
+
+def test_haproxys_timeouts_suit_long_answers(fleet):
+    front = fleet["front"]
+    assert "timeout server 1800s" in front and "timeout client 1800s" in front
+    assert f"server vllm_router 127.0.0.1:{fleet['admin'].rsplit(':', 1)[1]}" in front
+
+
 def test_each_model_is_reached_by_its_name_and_only_with_the_key(fleet):
     base = fleet["base"]
     assert chat(base, "qwen3-0.6b") == (200, "qwen3-0.6b")
@@ -172,25 +341,25 @@ def test_each_model_is_reached_by_its_name_and_only_with_the_key(fleet):
 
 
 def test_a_second_sync_changes_nothing_and_a_stale_worker_is_removed(fleet):
-    base = fleet["base"]
-    assert tool(base, "sync", "--workers", str(fleet["workers"])) == {"added": [], "removed": []}
+    admin = fleet["admin"]
+    assert tool(admin, "sync", "--workers", str(fleet["workers"])) == {"added": [], "removed": []}
     stale = "http://127.0.0.1:9"  # registered by hand, in no worker list: sync takes it out
-    tool(base, "add", "--url", stale, "--model", "qwen3-0.6b", "--wait", "0.5")
-    assert stale in health_of(base)
-    assert tool(base, "sync", "--workers", str(fleet["workers"])) == {"added": [], "removed": [stale]}
-    assert stale not in health_of(base)
+    tool(admin, "add", "--url", stale, "--model", "qwen3-0.6b", "--wait", "0.5")
+    assert stale in health_of(admin)
+    assert tool(admin, "sync", "--workers", str(fleet["workers"])) == {"added": [], "removed": [stale]}
+    assert stale not in health_of(admin)
 
 
 def test_a_killed_backend_is_ejected_and_no_request_sent_after_the_kill_fails(fleet):
-    base, victim, logs = fleet["base"], fleet["backends"][0], fleet["logs"]
+    base, admin, victim, logs = fleet["base"], fleet["admin"], fleet["backends"][0], fleet["logs"]
     with Load(base, KEY, "qwen3-0.6b") as load:
         wait_until(lambda: load.ok > 0, "the load's first answers", logs)
         killed_at = time.monotonic()
         victim.kill()
-        wait_until(lambda: health_of(base)[victim.url] is False, "the router ejects the killed backend", logs)
+        wait_until(lambda: health_of(admin)[victim.url] is False, "the router ejects the killed backend", logs)
         time.sleep(2)
         victim.start()
-        wait_until(lambda: health_of(base)[victim.url] is True, "the router readmits the backend", logs)
+        wait_until(lambda: health_of(admin)[victim.url] is True, "the router readmits the backend", logs)
         served = victim.requests_served()
         wait_until(lambda: victim.requests_served() > served, "the readmitted backend serves requests again", logs)
         # A count of answers, not a rate: the load runs until it has had them, however slow the machine.
@@ -201,13 +370,77 @@ def test_a_killed_backend_is_ejected_and_no_request_sent_after_the_kill_fails(fl
 
 
 def test_a_drained_backend_gets_no_request_until_it_is_admitted_again(fleet):
-    base, drained = fleet["base"], fleet["backends"][1]
-    assert tool(base, "remove", "--url", drained.url) == {"added": [], "removed": [drained.url]}
+    base, admin, drained = fleet["base"], fleet["admin"], fleet["backends"][1]
+    assert tool(admin, "remove", "--url", drained.url) == {"added": [], "removed": [drained.url]}
     before = drained.requests_served()
     with Load(base, KEY, "qwen3-0.6b") as load:
         wait_until(lambda: load.ok > 10 or load.failures, "more than 10 answers through the router", fleet["logs"])
     assert load.failures == [] and load.ok > 10
     assert drained.requests_served() == before
-    admitted = tool(base, "add", "--url", drained.url, "--model", "qwen3-0.6b", "--wait", str(READY_TIMEOUT_S))
+    admitted = tool(admin, "add", "--url", drained.url, "--model", "qwen3-0.6b", "--wait", str(READY_TIMEOUT_S))
     assert admitted == {"added": [drained.url], "removed": [], "healthy": True}
-    assert tool(base, "remove", "--url", "http://127.0.0.1:9") == {"added": [], "removed": []}  # absent: no-op
+    assert tool(admin, "remove", "--url", "http://127.0.0.1:9") == {"added": [], "removed": []}  # absent: no-op
+
+
+def test_haproxy_serves_tls_with_the_certificate_it_is_given(tmp_path):
+    """fleet_router_tls_certificate: the rendered listener ends TLS with that file, and HAProxy's own check of the
+    configuration (the role's template task runs it) refuses a certificate that is not there."""
+    variables = router_variables(8080, 18080, 29000) | {"fleet_router_tls_certificate": str(tmp_path / "fleet.pem")}
+    front = rendered(tmp_path, FRONT, variables)
+    assert f"bind {NETWORK_ADDRESS}:8080 ssl crt {tmp_path / 'fleet.pem'} alpn h2,http/1.1" in front
+    checked = subprocess.run([HAPROXY, "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+    assert checked.returncode != 0 and "fleet.pem" in checked.stdout + checked.stderr
+
+
+def test_the_unit_template_refuses_a_line_break_even_without_preflight(tmp_path):
+    """The second line behind preflight: systemd_word will not write a value that would start a new directive."""
+    done, dest = render(tmp_path, UNIT, {"fleet_router_listen_address": "127.0.0.1\nExecStartPre=/bin/sh -c id"})
+    assert done.returncode != 0 and "control character" in done.stdout + done.stderr
+    assert not dest.exists()
+
+
+def run_validate(tmp: Path, overrides: dict) -> subprocess.CompletedProcess:
+    """The role's `validate` entry point (what the preflight play runs) on this machine as the router."""
+    inventory = tmp / "hosts.yml"
+    hosts = {"sparks": {"hosts": {"spark-1": {}}}, "router": {"hosts": {"localhost": {}}}}
+    connection = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(json.dumps({"all": {"vars": connection, "children": hosts}}))
+    playbook = tmp / "validate.yml"
+    task = {"ansible.builtin.include_role": {"name": "fleet_router", "tasks_from": "validate"}}
+    playbook.write_text(json.dumps([{"hosts": "router", "gather_facts": False, "tasks": [task]}]))
+    argv = [ansible_tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(overrides)]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["10.0.0.5\nExecStartPre=/bin/sh -c id", "10.0.0.5 --api-key stolen", "0.0.0.0\n", "router.example"],
+)
+def test_preflight_refuses_a_listen_address_that_is_no_ip_address(tmp_path, address):
+    done = run_validate(tmp_path, {"fleet_router_listen_address": address})
+    out = " ".join(done.stdout.split())
+    assert done.returncode != 0
+    assert "Bad input, nothing was changed" in out and "fleet_router_listen_address=" in out, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"fleet_router_internal_port": 8080}, "must be three different TCP ports"),
+        ({"fleet_router_tls_certificate": "/etc/fleet.pem"}, "is on loopback"),
+        ({"fleet_router_tls_certificate": "/etc/fleet .pem"}, "fleet_router_tls_certificate='/etc/fleet .pem'"),
+        ({"fleet_router_backend_addresses": {"spark-1": "spark 1"}}, "fleet_router_backend_addresses.spark-1="),
+        ({"fleet_router_health_interval_s": 0}, "fleet_router_health_interval_s=0 is less than 1"),
+    ],
+)
+def test_preflight_names_the_variable_at_fault(tmp_path, overrides, message):
+    done = run_validate(tmp_path, overrides)
+    assert done.returncode != 0
+    assert message in " ".join(done.stdout.split()), done.stdout[-2000:]
+
+
+def test_preflight_passes_a_network_address_and_the_defaults(tmp_path):
+    for overrides in ({}, {"fleet_router_listen_address": NETWORK_ADDRESS}, {"fleet_router_listen_address": "::"}):
+        done = run_validate(tmp_path, overrides)
+        assert done.returncode == 0, done.stdout[-2000:]

@@ -141,3 +141,33 @@ def test_a_wrong_token_gives_a_clear_error_and_never_shows_the_token(prefetch, h
 
     good = prefetch(tmp_path / "hub", url, repo_id=build.PRIVATE, revision="main", token=build.PRIVATE_TOKEN)
     assert good.get("failed") is not True, good.get("msg")
+
+
+def files_holding(folder: Path, text: str) -> list[str]:
+    return [str(path) for path in folder.rglob("*") if path.is_file() and text in path.read_text(errors="replace")]
+
+
+@pytest.mark.parametrize("given_as", ["token", "token_file"])
+def test_a_background_fetch_keeps_a_token_file_out_of_the_jobs_files(hub, tmp_path, given_as):
+    # Run as the role runs it (async), keeping the module's files on the host as Ansible wrote them. A token given
+    # as an argument lands in them (the control case); one given as a file does not, and still opens the repo.
+    url, _root = hub
+    token_file = tmp_path / "hf-token"
+    token_file.write_text(build.PRIVATE_TOKEN + "\n")
+    token_file.chmod(0o600)
+    args = {"repo_id": build.PRIVATE, "revision": "main", "cache_dir": str(tmp_path / "hub"), "endpoint": url,
+            "status_file": str(tmp_path / "status.json"), "disk_reserve_gib": 0,
+            **({"token": build.PRIVATE_TOKEN} if given_as == "token" else {"token_file": str(token_file)})}  # fmt: skip
+    env = dict(module_env(), ANSIBLE_KEEP_REMOTE_FILES="1", ANSIBLE_REMOTE_TMP=str(tmp_path / "remote"))
+    env["ANSIBLE_ASYNC_DIR"] = str(tmp_path / "async")
+    done = subprocess.run(
+        ansible_argv(args, "-B", "600", "-P", "1"), env=env, cwd=ROOT, capture_output=True, text=True, timeout=660
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    kept = files_holding(tmp_path / "remote", build.PRIVATE_TOKEN) + files_holding(
+        tmp_path / "async", build.PRIVATE_TOKEN
+    )
+    if given_as == "token":
+        assert kept, "the control case found no token in the job's files: the test cannot see what it looks for"
+    else:
+        assert kept == []

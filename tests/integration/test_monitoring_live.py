@@ -1,16 +1,18 @@
 """The fleet_monitoring role's Prometheus configuration and rules, live on loopback: the real Prometheus and
 node_exporter (Debian's packages, started with the ARGS the role writes for them) and a stand-in vLLM that has
 served a few requests. Every panel query of every dashboard the role installs must be valid and return data, and
-every alert rule must evaluate. Nothing here leaves 127.0.0.1; each process is stopped by the fixture that
-started it."""
+every alert rule must evaluate. Then both again with their logins and TLS (the web configurations the role
+writes): each refuses a request without its login, and Prometheus scrapes the exporter and itself with theirs.
+Nothing here leaves 127.0.0.1; each process is stopped by the fixture that started it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
-import shlex
 import shutil
+import ssl
 import subprocess
 import urllib.error
 import urllib.parse
@@ -21,7 +23,16 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 from helpers.vllm_standin import FAST, VLLM
-from test_monitoring_rules import PORTS, ROLE, rendered_once
+from test_monitoring_rules import (
+    EXPORTER_LOGIN,
+    PORTS,
+    PROMETHEUS_LOGIN,
+    ROLE,
+    SECURED_PORTS,
+    args_of,
+    rendered_once,
+    secured_once,
+)
 
 PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -47,12 +58,6 @@ def query(expr: str) -> dict:
         return get_json(f"{PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
     except urllib.error.HTTPError as error:
         raise AssertionError(f"Prometheus rejected {expr!r}: {error.read().decode()}") from None
-
-
-def args_of(default_file: Path) -> list[str]:
-    """The ARGS line of a rendered /etc/default file, as the package's unit passes it."""
-    line = next(line for line in default_file.read_text().splitlines() if line.startswith("ARGS="))
-    return shlex.split(shlex.split(line.split("=", 1)[1])[0])
 
 
 def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -185,3 +190,94 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
     wait_until(lambda: expected <= pending_alerts(), "the pair's down alerts pending", prometheus)
     pending = pending_alerts()
     assert ("VllmEndpointDown", "spark-a") not in pending and ("SparkDown", "spark-a") not in pending
+
+
+# --- With logins and TLS ------------------------------------------------------------------------------------------
+
+SECURED_PROM = f"https://127.0.0.1:{SECURED_PORTS['prometheus']}"
+SECURED_EXPORTER = f"https://127.0.0.1:{SECURED_PORTS['node_a']}"
+
+
+def fetch(url: str, context: ssl.SSLContext, login: tuple[str, str] | None = None) -> bytes:
+    """The body of a GET over TLS (checked against the test's CA), with a basic-auth login if one is given."""
+    request = urllib.request.Request(url)
+    if login:
+        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(login).encode()).decode())
+    with urllib.request.urlopen(request, timeout=60, context=context) as response:
+        return response.read()
+
+
+def status_without(url: str, context: ssl.SSLContext, login: tuple[str, str] | None = None) -> int:
+    """The HTTP status of a GET that is expected to be refused."""
+    try:
+        fetch(url, context, login)
+    except urllib.error.HTTPError as error:
+        return error.code
+    return 200
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ssl.SSLContext, tuple[Path, ...]]]:
+    """node_exporter and Prometheus with the web configurations the role renders for a login and TLS (on loopback:
+    a login applies wherever a password is set). Yields the TLS context that trusts their certificate, and the
+    logs."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is missing: apt-get install openssl")
+    files = secured_once(tmp_path_factory)
+    tmp = tmp_path_factory.mktemp("monitoring-secured-live")
+    context = ssl.create_default_context(cafile=str(files["cert"]))
+    logs = (tmp / "node_exporter.log", tmp / "prometheus.log")
+    processes = [
+        start([NODE_EXPORTER, *args_of(files["exporter_args"])], logs[0]),
+        start([PROMETHEUS, *args_of(files["prometheus_args"]), *storage_of(files["config"], tmp)], logs[1]),
+    ]
+    try:
+        ready = f"{SECURED_PROM}/-/ready"
+        wait_until(lambda: fetch(ready, context, PROMETHEUS_LOGIN), "Prometheus ready behind its login", logs)
+        wait_until(lambda: fetch(f"{SECURED_EXPORTER}/metrics", context, EXPORTER_LOGIN), "node_exporter up", logs)
+        yield context, logs
+    finally:
+        for process in reversed(processes):
+            stop(process)
+
+
+def secured_query(expr: str, context: ssl.SSLContext) -> list[dict]:
+    url = f"{SECURED_PROM}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    return json.loads(fetch(url, context, PROMETHEUS_LOGIN))["data"]["result"]
+
+
+def test_node_exporter_answers_only_with_its_login(secured):
+    context, _ = secured
+    metrics = f"{SECURED_EXPORTER}/metrics"
+    assert status_without(metrics, context) == 401
+    assert status_without(metrics, context, (EXPORTER_LOGIN[0], "a-wrong-password")) == 401
+    assert status_without(metrics, context, PROMETHEUS_LOGIN) == 401
+    assert b"node_memory_MemAvailable_bytes" in fetch(metrics, context, EXPORTER_LOGIN)
+
+
+def test_prometheus_answers_its_api_only_with_its_login(secured):
+    context, _ = secured
+    for path in ("/api/v1/query?query=up", "/api/v1/targets", "/api/v1/status/config", "/graph"):
+        assert status_without(SECURED_PROM + path, context) == 401, path
+        assert status_without(SECURED_PROM + path, context, EXPORTER_LOGIN) == 401, path
+    assert json.loads(fetch(f"{SECURED_PROM}/api/v1/query?query=up", context, PROMETHEUS_LOGIN))["status"] == "success"
+
+
+def test_prometheus_scrapes_the_exporter_and_itself_with_their_logins(secured):
+    context, logs = secured
+    up = 'up{job=~"spark|prometheus", spark=~"spark-a|"} == 1'
+
+    def both_up() -> bool:
+        return {r["metric"]["job"] for r in secured_query(up, context)} == {"spark", "prometheus"}
+
+    def targets() -> list[dict]:
+        answer = json.loads(fetch(f"{SECURED_PROM}/api/v1/targets", context, PROMETHEUS_LOGIN))
+        return answer["data"]["activeTargets"]
+
+    wait_until(both_up, "spark-a's exporter and Prometheus itself scraped over TLS with their logins", logs)
+    by_job = {(t["labels"]["job"], t["labels"].get("spark")): t for t in targets()}
+    assert by_job[("spark", "spark-a")]["scrapeUrl"] == f"{SECURED_EXPORTER}/metrics"
+    assert by_job[("spark", "spark-a")]["lastError"] == ""
+    # The configuration Prometheus reports keeps the passwords out (password_file: it never had them).
+    config = json.loads(fetch(f"{SECURED_PROM}/api/v1/status/config", context, PROMETHEUS_LOGIN))["data"]["yaml"]
+    assert EXPORTER_LOGIN[1] not in config and PROMETHEUS_LOGIN[1] not in config

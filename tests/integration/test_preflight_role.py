@@ -1,5 +1,5 @@
 """The preflight play run by real ansible-playbook against this machine (the default local inventory), with
-the stand-in nvidia-smi: every refusal names what it found and what to change, and bad input stops first."""
+the stand-in nvidia-smi: every refusal names what it found and what to change. Bad input: test_bad_input.py."""
 
 from __future__ import annotations
 
@@ -86,42 +86,7 @@ def test_a_docker_daemon_that_does_not_answer_is_refused(nvidia_smi_env):
     assert "Docker: `docker version` got no answer from the Docker daemon" in said(done)
 
 
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"spark_preflight_min_memory_gib": -1}, "spark_preflight_min_memory_gib must be a positive number"),
-        ({"spark_preflight_required_compute_capability": "sm_121"}, 'must look like "12.1" (got "sm_121")'),
-        ({"spark_preflight_disk_checks": [{"path": "data", "min_free_gib": 1}]}, "needs an absolute path"),
-        ({"spark_preflight_test_host": "maybe"}, "spark_preflight_test_host"),
-        ({"spark_preflight_disk_checks": [{"path": "/data"}]}, "min_free_gib"),
-    ],
-    ids=["negative-memory", "capability-format", "relative-path", "not-a-bool", "missing-key"],
-)
-def test_bad_input_is_named_before_any_probe(nvidia_smi_env, overrides, message):
-    done = run_playbook(nvidia_smi_env("gb10"), **{**FITS, **overrides})
-    assert done.returncode != 0
-    assert message in said(done)
-    assert "Probe | Query the GPU" not in said(done)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"nvidia_container_toolkit_key_url": ""}, "apt refuses a repository without its signing key"),
-        ({"nvidia_container_toolkit_version": "latest"}, 'must be a Debian package version such as "1.17.8-1"'),
-        ({"vllm_image_ref": "vllm/vllm-openai"}, "vllm_image_ref must be repository:tag or repository@sha256"),
-        ({"vllm_image_ref": "vllm/vllm-openai@sha256:abc"}, "vllm_image_ref must be repository:tag"),
-        ({"vllm_image_archive_src": "/a.tar", "vllm_image_archive_path": "/b.tar"}, "Set at most one of"),
-        ({"vllm_image_pull_timeout_s": "soon"}, "vllm_image_pull_timeout_s"),
-    ],
-    ids=["repo-without-key", "toolkit-version", "image-without-tag", "short-digest", "two-archives", "not-an-int"],
-)
-def test_later_roles_bad_input_stops_the_run_in_preflight(nvidia_smi_env, overrides, message):
-    # site.yml: preflight validates every role's variables, so the container-runtime play never starts.
-    done = run_playbook(nvidia_smi_env("gb10"), "site.yml", **{**FITS, **overrides})
-    assert done.returncode != 0
-    assert message in said(done)
-    assert "Container runtime |" not in said(done)
+# Bad input, every role's, is table-driven in test_bad_input.py.
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from ansible.module_utils import _internal as ansible_internal
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible.module_utils.testing import patch_module_args
 from helpers import ROOT, STANDIN_NVIDIA_SMI
@@ -46,6 +47,9 @@ def run_module() -> Callable[..., dict]:
         for collected in (ansible_warnings._global_warnings, ansible_warnings._global_deprecations):
             collected.clear()
         out = io.StringIO()
+        # A module runs on its host, never in a controller: a test that imported controller code (a filter
+        # plugin, ansible.errors) has switched this process to controller mode, where warnings go to the display.
+        was_controller, ansible_internal.is_controller = ansible_internal.is_controller, False
         try:
             with patch_module_args({**args, "_ansible_check_mode": check_mode}), redirect_stdout(out):
                 try:
@@ -55,6 +59,7 @@ def run_module() -> Callable[..., dict]:
                 else:
                     raise AssertionError(f"{name} returned without exit_json or fail_json")
         finally:
+            ansible_internal.is_controller = was_controller
             os.environ.clear()
             os.environ.update(environ)
             os.umask(umask)

@@ -109,13 +109,13 @@ def test_two_served_names_of_one_model_share_one_snapshot(run_module):
 
 def test_two_served_names_that_make_one_unit_name_are_refused(run_module):
     models = [
-        {"recipe": "qwen3-0.6b", "port": 8000, "gpu_memory_utilization": 0.2, "served_model_name": "qwen:a"},
+        {"recipe": "qwen3-0.6b", "port": 8000, "gpu_memory_utilization": 0.2, "served_model_name": "qwen-a"},
         {"recipe": "qwen3-0.6b", "port": 8001, "gpu_memory_utilization": 0.2, "served_model_name": "qwen/a"},
     ]
     result = resolve(run_module, models)
     assert result["failed"]
     assert (
-        "vllm_server_models[1] (qwen/a) and vllm_server_models[0] (qwen:a) would both run as vllm-qwen-a"
+        "vllm_server_models[1] (qwen/a) and vllm_server_models[0] (qwen-a) would both run as vllm-qwen-a"
         in (result["msg"])
     )
 

@@ -33,8 +33,14 @@ def test_node_exporter_and_prometheus_run(host):
     for unit in ("prometheus-node-exporter", "prometheus"):
         service = host.service(unit)
         assert service.is_running and service.is_enabled, unit
-    assert host.socket("tcp://0.0.0.0:9100").is_listening
-    assert host.socket("tcp://0.0.0.0:9090").is_listening
+    # Closed by default: both on loopback only (Prometheus runs on this Spark), so no login and no web
+    # configuration either.
+    for port in (9100, 9090):
+        assert host.socket(f"tcp://127.0.0.1:{port}").is_listening
+        assert not host.socket(f"tcp://0.0.0.0:{port}").is_listening
+        assert not host.socket(f"tcp://:::{port}").is_listening
+    for default_file in ("/etc/default/prometheus-node-exporter", "/etc/default/prometheus"):
+        assert "--web.config.file" not in host.file(default_file).content_string
 
 
 def test_every_target_is_scraped_and_up(host):

@@ -68,7 +68,8 @@ def test_the_unit_runs_the_pinned_image_with_the_recipes_flags(host):
     lock = yaml.safe_load(LOCK_FILE.read_text(encoding="utf-8"))["images"]["vllm/vllm-openai:cu130-nightly"]
     running = json.loads(host.check_output(f"docker inspect {CONTAINER}"))[0]
     assert running["Image"] == lock["image_id"]
-    assert f" {lock['image_id']} " in unit
+    # One quoted word, right after the entrypoint that reads the secrets (filter_plugins/quoting.py's systemd_word).
+    assert f'--entrypoint /bin/sh \\\n    "{lock["image_id"]}" \\\n' in unit
     for flag in ('"--served-model-name" "qwen3-0.6b"', '"--max-model-len" "16384"', '"--reasoning-parser" "qwen3"'):
         assert flag in unit
     assert "--gpus all --ipc host" in unit
@@ -117,16 +118,27 @@ def test_the_secrets_live_only_in_the_root_only_file(host, secrets):
     assert secrets_file.user == "root"
     assert secrets_file.mode == 0o600
     assert f"VLLM_API_KEY={secrets['api_key']}" in secrets_file.content_string
-    assert f"HF_TOKEN={secrets['hf_token']}" in secrets_file.content_string
+    # The weights were fetched before the unit started: the container runs offline and never gets the Hub token.
+    assert "HF_TOKEN" not in secrets_file.content_string
     assert host.file("/etc/sparkfleet/vllm").mode == 0o700
     unit = host.file(f"/etc/systemd/system/{UNIT}")
     command_lines = host.check_output("ps -eo args")
-    container_command = host.check_output(f"docker inspect --format '{{{{json .Config.Cmd}}}}' {CONTAINER}")
+    # What anyone in the docker group reads without entering the container: its configuration.
+    config = host.check_output(f"docker inspect --format '{{{{json .Config}}}}' {CONTAINER}")
+    assert "HF_HUB_OFFLINE=1" in json.loads(config)["Env"]
+    assert not [line for line in json.loads(config)["Env"] if line.startswith(("HF_TOKEN=", "VLLM_API_KEY="))]
     for secret in secrets.values():
         assert secret not in unit.content_string
         assert secret not in command_lines
-        assert secret not in container_command
+        assert secret not in config
         assert secret not in host.check_output(f"journalctl --unit {UNIT} --no-pager")
+    # vLLM itself has the key (it refuses a request without it), and only the key.
+    assert curl(host, "/v1/models")[0] == 401
+    # PID 1 of the container is vLLM (the entrypoint's shell exec'd it); its environment, NULs as lines.
+    read_environment = "tr '\\\\000' '\\\\n' </proc/1/environ"
+    environment = host.check_output(f'docker exec {CONTAINER} sh -c "{read_environment}"').splitlines()
+    assert f"VLLM_API_KEY={secrets['api_key']}" in environment
+    assert not [line for line in environment if line.startswith("HF_TOKEN=")]
 
 
 def test_the_caches_are_mounted_from_the_host(host):
@@ -136,6 +148,8 @@ def test_the_caches_are_mounted_from_the_host(host):
         "/root/.cache/vllm": "/var/lib/sparkfleet/cache/vllm",
         "/root/.cache/flashinfer": "/var/lib/sparkfleet/cache/flashinfer",
         "/root/.triton": "/var/lib/sparkfleet/cache/triton",
+        # Read once by the entrypoint's shell, which hands the secrets to vLLM alone.
+        "/run/sparkfleet/secrets.env": SECRETS_FILE,
     }
 
 

@@ -1,6 +1,8 @@
 """The fleet's endpoint: vllm-router on fleet-router (reached over SSH) in front of the pair's head (fleet-1) and
-fleet-3, which serve the same model. The router under a rolling update and with an unreachable Spark: test_fleet.py;
-a killed backend and a drained one: tests/integration/test_fleet_router.py (the same router and unit, on loopback)."""
+fleet-3, which serve the same model, behind HAProxy on the fabric address (10.77.0.20:8080); vllm-router itself
+listens on 127.0.0.1:18080 only. The router under a rolling update and with an unreachable Spark: test_fleet.py;
+a killed backend and a drained one: tests/integration/test_fleet_router.py (the same router, unit and HAProxy
+configuration, on loopback)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import testinfra
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 ROUTER_URL = "http://10.77.0.20:8080"
+# vllm-router behind HAProxy, admin API included: reached on the router host only (fleet_router_internal_port).
+ADMIN_URL = "http://127.0.0.1:18080"
 API_KEY = "sparkfleet-fleet-test-key"
 
 
@@ -22,8 +26,20 @@ def router():
 
 
 def workers() -> dict[str, bool]:
-    answer = json.loads(router().check_output("curl -fsS http://127.0.0.1:8080/workers"))
+    answer = json.loads(router().check_output(f"curl -fsS {ADMIN_URL}/workers"))
     return {worker["url"]: worker["is_healthy"] for worker in answer["workers"]}
+
+
+def status_of(method: str, path: str, body: dict | None = None) -> int:
+    """The status the fleet's endpoint answers, from the controller (over the fabric, as a client)."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    request = urllib.request.Request(ROUTER_URL + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def chat(key: str | None) -> int:
@@ -53,3 +69,19 @@ def test_the_fleet_endpoint_answers_with_the_key_and_refuses_without_it():
     assert chat(API_KEY) == 200
     assert chat(None) == 401
     assert chat("wrong") == 401
+
+
+def test_the_fleet_endpoint_refuses_the_routers_admin_api():
+    intruder = {"url": "http://10.77.0.99:8000", "model_id": "qwen3-0.6b"}
+    assert status_of("GET", "/workers") in (403, 404)
+    assert status_of("POST", "/workers", intruder) in (403, 404)
+    assert status_of("GET", "/list_workers") in (403, 404)
+    assert intruder["url"] not in workers()  # nothing was added behind the refusal
+    assert chat(API_KEY) == 200
+    assert status_of("GET", "/health") == 200
+    front = router().service("haproxy")
+    assert front.is_running and front.is_enabled
+    # vllm-router, admin API included, on loopback only; HAProxy alone on the fabric address.
+    assert router().socket("tcp://127.0.0.1:18080").is_listening
+    assert not router().socket("tcp://0.0.0.0:18080").is_listening
+    assert not router().socket("tcp://10.77.0.20:18080").is_listening
