@@ -18,7 +18,7 @@ import shlex
 
 from ansible.errors import AnsibleFilterError
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # as module_utils/input_rules.py: C0, DEL and C1
 
 
 def _one_line(value: object, helper: str) -> str:

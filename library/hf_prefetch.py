@@ -589,7 +589,8 @@ def read_token_file(module: AnsibleModule) -> None:
             token = handle.read().strip()
     except OSError as error:
         module.fail_json(msg=f"token_file {path} cannot be read: {error.strerror}")
-    module.no_log_values.add(token)
+    if token:  # an empty no_log value would mask every string of the output
+        module.no_log_values.add(token)
     module.params["token"] = token or None
 
 

@@ -83,8 +83,13 @@ problems:
   returned: failure
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.input_rules import KINDS, secret
+
+# A templated number arrives as text: ASCII digits only (str.isdigit also takes "²", which int() refuses).
+WHOLE_NUMBER = re.compile(r"^-?[0-9]+$")
 
 # How a message shows a bad value: whole, unless long; control characters escaped by repr.
 SHOWN_MAX = 120
@@ -98,7 +103,7 @@ def shown(value: object) -> str:
 def integer_problem(value: object, least: int | None, most: int | None) -> str | None:
     if isinstance(value, bool):
         return "is not a whole number"
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and WHOLE_NUMBER.match(value):
         value = int(value)
     if not isinstance(value, int):
         return "is not a whole number"
@@ -115,7 +120,7 @@ def value_problem(entry: dict) -> str | None:
         return None
     if kind == "integer":
         return integer_problem(value, entry.get("min"), entry.get("max"))
-    if kind == "port" and isinstance(value, str) and value.isdigit():
+    if kind == "port" and isinstance(value, str) and WHOLE_NUMBER.match(value):
         value = int(value)  # a templated number arrives as text
     return KINDS[kind](value)
 

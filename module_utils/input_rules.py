@@ -26,7 +26,7 @@ _DOMAIN = (
 )
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_REFERENCE = re.compile(
-    rf"^(?:{_DOMAIN}(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$"
+    rf"^(?:{_DOMAIN}(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?$"
 )
 
 # RFC 1123 host names (what a resolver accepts): labels of letters, digits and inner hyphens.
@@ -49,6 +49,9 @@ DURATION = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9
 
 LOOPBACK_NAMES = ("localhost",)
 
+# Binds that mean "every address of this host".
+WILDCARD_ADDRESSES = ("0.0.0.0", "::")
+
 
 def control_character(value: str) -> str | None:
     match = CONTROL.search(value)
@@ -65,6 +68,11 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_wildcard(address: str) -> bool:
+    """Whether a bind to `address` listens on every address of the host."""
+    return address in WILDCARD_ADDRESSES
 
 
 def text(value: object) -> str | None:
@@ -109,6 +117,9 @@ def address(value: object) -> str | None:
         ipaddress.ip_address(value)
     except ValueError:
         return control_character(value) or "is not an IP address (e.g. 127.0.0.1, 10.0.0.5 or ::1)"
+    if "%" in value:
+        # Python accepts any text after an IPv6 scope's "%", spaces and quotes included.
+        return "has an IPv6 scope (%...): give the address alone"
     return None
 
 
@@ -125,13 +136,16 @@ def network(value: object) -> str | None:
     """An IP address or a network in CIDR form (10.0.0.0/8); never a wildcard."""
     if not isinstance(value, str):
         return "is not an address or a network"
-    if value in ("*", "all", "0.0.0.0/0", "::/0"):
-        return "allows every address; name the networks that may connect (e.g. 10.0.0.0/24)"
+    every = "allows every address; name the networks that may connect (e.g. 10.0.0.0/24)"
+    if value in ("*", "all"):
+        return every
+    if "%" in value:
+        return "has an IPv6 scope (%...): give the network alone"
     try:
-        ipaddress.ip_network(value, strict=False)
+        parsed = ipaddress.ip_network(value, strict=False)
     except ValueError:
         return control_character(value) or "is not an IP address or a network in CIDR form (e.g. 10.0.0.0/24)"
-    return None
+    return every if parsed.prefixlen == 0 else None
 
 
 def port(value: object) -> str | None:

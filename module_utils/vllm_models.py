@@ -10,13 +10,10 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.hf_snapshot import snapshot_folder
-from ansible.module_utils.input_rules import is_loopback_host
+from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
 # Characters a served model name may keep in unit and container names; the others become "-".
 UNIT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-
-# Binds that mean "every address": clients on the host itself reach them through loopback.
-WILDCARD_ADDRESSES = {"0.0.0.0": "127.0.0.1", "::": "127.0.0.1"}
 
 
 # Where the container expects its caches (the image runs as root), under vllm_server_data_dir on the host.
@@ -44,8 +41,8 @@ def is_loopback(address: str) -> bool:
 def url_host(listen_address: str) -> str:
     """The host part of a URL that reaches an endpoint bound to `listen_address`, from the host itself:
     loopback for a wildcard bind, brackets around an IPv6 address."""
-    if listen_address in WILDCARD_ADDRESSES:
-        return WILDCARD_ADDRESSES[listen_address]
+    if is_wildcard(listen_address):  # clients on the host itself reach every-address binds through loopback
+        return "127.0.0.1"
     return f"[{listen_address}]" if ":" in listen_address else listen_address
 
 

@@ -264,7 +264,11 @@ def flag_problems(recipe: dict, flag_specs: dict, label: str = "recipe", source:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             problems.append(f"{where}: --{name} is not a flag of `vllm serve` in {source}{hint}")
         elif value is not None:
-            problem = _value_problem(flag_specs[name], value) or input_rules.text(_text(value))
+            items = value if isinstance(value, list) else [value]
+            # Each item as it reaches the command line (json.dumps of a list would hide a newline as "\\n").
+            problem = _value_problem(flag_specs[name], value) or next(
+                (found for item in items if (found := input_rules.text(_text(item)))), None
+            )
             if problem:
                 problems.append(f"{where}={value!r}: {problem}")
     return problems

@@ -1,4 +1,5 @@
-"""Jinja tests about addresses for the roles' templates and conditions: `ADDRESS is loopback`.
+"""Jinja tests about addresses for the roles' templates and conditions: `ADDRESS is loopback`, `ADDRESS is
+wildcard`.
 
 The rule is module_utils/input_rules.py's is_loopback_host, the one definition the modules use too; it is loaded
 from that file, since a controller plugin cannot import the project's module_utils as a package."""
@@ -20,6 +21,11 @@ def loopback(address: object) -> bool:
     return isinstance(address, str) and input_rules.is_loopback_host(address)
 
 
+def wildcard(address: object) -> bool:
+    """Whether a bind to ADDRESS listens on every address of the host (0.0.0.0, ::)."""
+    return isinstance(address, str) and input_rules.is_wildcard(address)
+
+
 class TestModule:
     def tests(self) -> dict:
-        return {"loopback": loopback}
+        return {"loopback": loopback, "wildcard": wildcard}

@@ -101,6 +101,11 @@ TABLE = [
     ("recipes", {7: {"env": {"HF_TOKEN": "hf_x"}}}, "env.HF_TOKEN: secrets never go in a recipe"),
     ("recipes", {8: {"serve_flags": {"max-num-batched-token": 8192}}}, "--max-num-batched-token is not a flag of"),
     (
+        "recipes",
+        {9: {"serve_flags": {"allowed-media-domains": ["example.org", "x\nExecStartPre=/bin/id"]}}},
+        "serve_flags.allowed-media-domains=['example.org', 'x\\nExecStartPre=/bin/id']: contains the control",
+    ),
+    (
         "units",
         {0: {"served_model_name": "qwen-a", "gpu_memory_utilization": 0.05}, 1: {"served_model_name": "qwen/a"}},
         "vllm_server_models[1] (qwen/a) and vllm_server_models[0] (qwen-a) would both run as vllm-qwen-a.service",

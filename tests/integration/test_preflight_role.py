@@ -89,15 +89,19 @@ def test_a_docker_daemon_that_does_not_answer_is_refused(nvidia_smi_env):
 # Bad input, every role's, is table-driven in test_bad_input.py.
 
 
-@pytest.mark.parametrize(
-    "ref",
-    [
-        "vllm/vllm-openai:cu130-nightly",
-        "registry.example:5000/vllm/vllm-openai:v0.24.0-ubuntu2404",
-        "127.0.0.1:5000/vllm/vllm-openai:cu130-nightly",
-        "vllm/vllm-openai@sha256:" + "a" * 64,
-    ],
-)
-def test_good_image_references_pass_validation(nvidia_smi_env, ref):
-    done = run_playbook(nvidia_smi_env("gb10"), "playbooks/preflight.yml", **{**FITS, "vllm_image_ref": ref})
+GOOD_REFS = [
+    "vllm/vllm-openai:cu130-nightly",
+    "registry.example:5000/vllm/vllm-openai:v0.24.0-ubuntu2404",
+    "127.0.0.1:5000/vllm/vllm-openai:cu130-nightly",
+    "vllm/vllm-openai@sha256:" + "a" * 64,
+]
+
+
+def test_good_image_references_pass_validation(nvidia_smi_env):
+    # vllm_image's validate entry point, once per reference in one run (the table test covers the refusals).
+    playbook = "tests/integration/playbooks/validate-image-refs.yml"
+    done = run_playbook(nvidia_smi_env("gb10"), playbook, refs=GOOD_REFS)
     assert done.returncode == 0, done.stdout[-2000:]
+    # Each reference went through the role's checks (a bad one in the list would fail the run: the table test).
+    assert said(done).count("Validate | Check every value that reaches a command line") == len(GOOD_REFS)
+    assert all(f"included: vllm_image for localhost => (item={ref})" in said(done) for ref in GOOD_REFS)

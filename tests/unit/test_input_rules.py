@@ -45,6 +45,7 @@ BAD = {
         ("-v/:/host", "starts with '-'"),
         ("vllm/VLLM-openai:latest", "repository lowercase"),
         ("vllm/vllm-openai@sha256:abc", "of the form"),
+        ("vllm/vllm-openai:t\u00e4g", "of the form"),
         ("", "not an image reference"),
     ],
     "address": [
@@ -52,11 +53,15 @@ BAD = {
         ("localhost", "not an IP address"),
         ("10.0.0.300", "not an IP address"),
         ("10.0.0.0/8", "not an IP address"),
+        ("fe80::1%x] --web.enable-admin-api --x=[", "IPv6 scope"),
+        ("fe80::1%a b", "IPv6 scope"),
     ],
     "host": [("spark 1", "not an IP address or a host name"), ("-spark", "not an IP address or a host name")],
     "network": [
         ("*", "allows every address"),
         ("0.0.0.0/0", "allows every address"),
+        ("10.0.0.0/0", "allows every address"),
+        ("::0/0", "allows every address"),
         ("10.0.0.0/8\n[root]\n path = /", "control character"),
         ("10.0.0.0/33", "not an IP address or a network"),
     ],
