@@ -102,6 +102,16 @@ def set_faults(root: Path, faults: list[dict[str, Any]]) -> None:
         path.unlink(missing_ok=True)
 
 
+def set_lfs_redirect(root: Path, base_url: str | None) -> None:
+    """Make the stand-in answer LFS files with the Hub's 302 to a CDN at BASE_URL (another host name for the same
+    stand-in, e.g. http://localhost:PORT when the client uses http://127.0.0.1:PORT); None serves them directly."""
+    path = Path(root) / "lfs_redirect.json"
+    if base_url:
+        path.write_text(json.dumps({"base": base_url}))
+    else:
+        path.unlink(missing_ok=True)
+
+
 # --- the fixture repos, as the tests of hf_prefetch read and extend them ----------------------------------------
 
 

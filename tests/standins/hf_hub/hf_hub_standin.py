@@ -33,9 +33,10 @@ What it copies, and from where. The client side was read in huggingface_hub 2.4.
   etag = the sha256 of the content for LFS files, the git blob id of the content otherwise: the client names its
   cache blobs after it (`blobs/<etag>`), preferring `X-Linked-Etag` over `ETag`, and takes the size from
   `X-Linked-Size` or else `Content-Length`. Unlike the Hub, LFS files are served directly (the Hub answers 302 to
-  a CDN); no Xet headers are ever sent, so the client never tries Xet. `Range: bytes=A-`, `bytes=A-B` and
-  `bytes=-N` give 206 with `Content-Range`; an unsatisfiable range gives 416 with `Content-Range: bytes */SIZE`;
-  a multi-range request is answered 200 with the whole file.
+  a CDN) unless ROOT/lfs_redirect.json asks for the Hub's redirect (below); no Xet headers are ever sent, so the
+  client never tries Xet. `Range: bytes=A-`, `bytes=A-B` and `bytes=-N` give 206 with `Content-Range`; an
+  unsatisfiable range gives 416 with `Content-Range: bytes */SIZE`; a multi-range request is answered 200 with the
+  whole file.
 - Errors carry `X-Error-Code` and `X-Error-Message` headers (the client reads those, HEAD has no body) and a
   JSON `{"error": MESSAGE}` body:
   unknown repo, or a private repo: 401 `RepoNotFound` without a token, 404 `RepoNotFound` with a valid token
@@ -67,11 +68,20 @@ tree listings always tell the truth.
 - stall: like cut, but the server first holds the connection silent for `seconds` (default 30): a download that
   hangs, so that a test can kill the client in the middle of a file.
 
+LFS redirect, for tests only: `ROOT/lfs_redirect.json` = `{"base": "http://localhost:PORT"}`, read at every request
+(absent = LFS files are served directly). With it, `GET`/`HEAD /ORG/NAME/resolve/REV/PATH` of an LFS file answers as
+the Hub does: `302 Found` with `Location: BASE/_standin/cdn/ORG/NAME/SHA/PATH` (BASE is another host name for this
+same server, as the Hub's CDN is another host) and the Hub's `X-Repo-Commit`, `ETag`, `X-Linked-Etag`,
+`X-Linked-Size`, no body. `GET`/`HEAD /_standin/cdn/ORG/NAME/SHA/PATH` serves the file like /resolve (ranges, faults,
+byte counts) without any access check, as a pre-signed CDN URL does, and counts the requests that arrived with an
+`Authorization` header: a client must not send the Hub token to the CDN.
+
 Test controls: `GET /_standin/stats` = `{"bytes_served_total": N, "bytes_served": {"ORG/NAME/PATH": N},
-"get_requests": N, "head_requests": N, "range_requests": N, "faults_applied": N}` (body bytes of /resolve GETs
-actually written to the socket; `get_requests`/`head_requests` count /resolve requests answered 200 or 206, errors
-are not counted; `range_requests` counts the 206 answers); `POST /_standin/reset` zeroes the stats and the fault
-counters.
+"get_requests": N, "head_requests": N, "range_requests": N, "faults_applied": N, "redirects": N, "cdn_requests": N,
+"cdn_requests_with_authorization": N}` (body bytes of /resolve and /_standin/cdn GETs actually written to the
+socket; `get_requests`/`head_requests` count the file requests answered 200 or 206, errors and redirects are not
+counted; `range_requests` counts the 206 answers; `redirects` the 302 answers of the LFS redirect);
+`POST /_standin/reset` zeroes the stats and the fault counters.
 """
 
 from __future__ import annotations
@@ -297,6 +307,19 @@ class Store:
                 tokens.add(token)
         return tokens
 
+    def lfs_redirect(self) -> str | None:
+        """The base URL LFS files are redirected to (ROOT/lfs_redirect.json), or None to serve them directly."""
+        path = self.root / "lfs_redirect.json"
+        if not path.is_file():
+            return None
+        try:
+            base = json.loads(path.read_text()).get("base")
+        except (ValueError, AttributeError) as error:
+            raise HubError(500, None, f"lfs_redirect.json: {error}") from error
+        if not isinstance(base, str) or not base.startswith(("http://", "https://")):
+            raise HubError(500, None, 'lfs_redirect.json: expected {"base": "http://HOST:PORT"}')
+        return base.rstrip("/")
+
     def faults(self) -> list[dict[str, Any]]:
         """The faults of ROOT/faults.json, checked; [] when there is no such file."""
         path = self.root / "faults.json"
@@ -350,6 +373,9 @@ class Counters:
             self.head_requests = 0
             self.range_requests = 0
             self.faults_applied = 0
+            self.redirects = 0
+            self.cdn_requests = 0
+            self.cdn_requests_with_authorization = 0
             self.fault_uses: dict[str, int] = {}
 
     def snapshot(self) -> dict[str, Any]:
@@ -361,6 +387,9 @@ class Counters:
                 "head_requests": self.head_requests,
                 "range_requests": self.range_requests,
                 "faults_applied": self.faults_applied,
+                "redirects": self.redirects,
+                "cdn_requests": self.cdn_requests,
+                "cdn_requests_with_authorization": self.cdn_requests_with_authorization,
             }
 
     def count_request(self, method: str, partial: bool) -> None:
@@ -370,6 +399,15 @@ class Counters:
             else:
                 self.get_requests += 1
                 self.range_requests += int(partial)
+
+    def count_redirect(self) -> None:
+        with self.lock:
+            self.redirects += 1
+
+    def count_cdn(self, authorization: bool) -> None:
+        with self.lock:
+            self.cdn_requests += 1
+            self.cdn_requests_with_authorization += int(authorization)
 
     def add_bytes(self, key: str, count: int) -> None:
         with self.lock:
@@ -577,6 +615,8 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, self.server.counters.snapshot())
         elif len(parts) >= 4 and parts[:2] == ["api", "models"]:
             self._api_models(parts[2], parts[3], parts[4:], query)
+        elif len(parts) >= 6 and parts[:2] == ["_standin", "cdn"]:
+            self._cdn(parts[2], parts[3], parts[4], "/".join(parts[5:]))
         elif len(parts) >= 5 and parts[2] == "resolve":
             self._resolve(parts[0], parts[1], parts[3], "/".join(parts[4:]))
         else:
@@ -600,6 +640,34 @@ class Handler(BaseHTTPRequestHandler):
         repo = open_repo(self.server.store, org, name, self._token())
         sha = repo.resolve(revision)
         info = repo.file(sha, path)
+        base = self.server.store.lfs_redirect() if info.lfs else None
+        if base is not None:
+            # The Hub's answer for an LFS file: a redirect to its CDN, with the file's identity in the headers.
+            self.server.counters.count_redirect()
+            location = f"{base}/_standin/cdn/{quote(org)}/{quote(name)}/{sha}/{quote(path)}"
+            headers = {
+                "Location": location,
+                "Content-Length": "0",
+                "X-Repo-Commit": sha,
+                "ETag": f'"{info.etag}"',
+                "X-Linked-Etag": f'"{info.sha256}"',
+                "X-Linked-Size": str(info.size),
+            }
+            self._send_head(302, headers)
+            self._log(302, 0)
+            return
+        self._serve_file(repo, sha, info, path)
+
+    def _cdn(self, org: str, name: str, sha: str, path: str) -> None:
+        """The CDN side of the LFS redirect: no access check (the URL is the permission), Authorization counted."""
+        self.server.counters.count_cdn(self.headers.get("Authorization") is not None)
+        repo = self.server.store.find(org, name)
+        if repo is None or not COMMIT_SHA.fullmatch(sha) or not (repo.directory / sha).is_dir():
+            raise HubError(404, None, "Not Found")
+        self._serve_file(repo, sha, repo.file(sha, path), path)
+
+    def _serve_file(self, repo: Repo, sha: str, info: FileInfo, path: str) -> None:
+        """Answer GET/HEAD of one file: headers, single byte ranges, faults, byte counts."""
         faults = self.server.store.faults() if self.command == "GET" else []
         span = parse_range(self.headers.get("Range"), info.size) if self.command == "GET" else None
         start, end = span if span is not None else (0, info.size - 1)
