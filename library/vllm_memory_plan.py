@@ -196,12 +196,20 @@ weights_gib:
   type: float
   sample: 74.51
 kv_bytes_per_token:
-  description: KV cache bytes per token on each node.
+  description: KV cache bytes per token on each node, over the full-attention layers (the KV rules of
+    module_utils/model_config_figures.py, the ones hf_model_figures measures with).
   returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 8192
+kv_bytes_per_sequence:
+  description:
+    - KV cache bytes one max_model_len sequence needs on each node - the full-attention layers' tokens, plus the
+      sliding-window layers' window and in-flight tokens, plus the Mamba state of a hybrid model.
+  returned: when O(recipe) is given (per model in RV(results))
+  type: int
+  sample: 1073741824
 kv_capacity_tokens:
-  description: Tokens the KV cache holds on each node.
+  description: Tokens the KV cache holds on each node (the longest sequence, after its per-sequence state).
   returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 3530123

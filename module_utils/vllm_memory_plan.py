@@ -7,7 +7,12 @@ fit:
 
 - per node (with tensor_parallel_size N each Spark holds 1/N of the weights and of the KV heads):
   pool = MemTotal x gpu_memory_utilization; KV cache = pool - weights - overhead;
-  KV bytes per token = 2 (K and V) x attention layers x KV heads x head_dim x bytes per element;
+- the KV rules are vLLM's, defined once in module_utils/model_config_figures.py (library/hf_model_figures measures
+  a model with the very same functions): KV bytes per token = full-attention layers x
+  kv_bytes_per_token_per_layer (2 x KV heads x head_dim x bytes, or one MLA latent vector); one sequence of
+  max_model_len tokens needs that x full_attention_tokens_per_sequence, plus its sliding-window layers' bytes per
+  token x sliding_window_tokens_per_sequence (the window and the tokens in flight, not the whole context), plus the
+  Mamba state of its hybrid layers (mamba_state_bytes_per_sequence);
 - the OS keeps MemTotal x (1 - gpu_memory_utilization), at least os_reserve_min_gib;
 - decode reads the active weights once per token, so tokens/s <= bandwidth / active weight bytes.
 
@@ -31,24 +36,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ansible.module_utils.vllm_recipe import RecipeError
+from ansible.module_utils.model_config_figures import (
+    KV_CACHE_DTYPE_BYTES,
+    MLA_STATE_BYTES,
+    MODEL_DTYPE_BYTES,
+    AttentionLayout,
+    FiguresError,
+    full_attention_tokens_per_sequence,
+    sliding_window_kv_bytes_per_token,
+    sliding_window_tokens_per_sequence,
+)
+from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
+from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
+from ansible.module_utils.vllm_recipe import RecipeError, attention_problems
 from ansible.module_utils.vllm_recipe import load_recipe as load_recipe_file
 
 GIB = 2**30
 
-# What one element of the KV cache takes, by the names vLLM's --kv-cache-dtype accepts.
-KV_CACHE_DTYPE_BYTES = {
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "fp8_ds_mla": 1,
-}
-# What kv_cache_dtype "auto" means: the model's own dtype (config.json torch_dtype).
-MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+# The --kv-cache-dtype choices the KV rules size (model_config_figures: bytes per element, or an MLA blob).
+KV_CACHE_DTYPES = (*KV_CACHE_DTYPE_BYTES, *MLA_STATE_BYTES)
+
+# vLLM 0.33's max_num_batched_tokens when the recipe does not set --max-num-batched-tokens: 2048 for the API
+# server on a GB10 (engine/arg_utils.py, "small tier"). With async scheduling (on by default in 0.33) two batches
+# are in flight (config/vllm.py max_concurrent_batches); a sliding-window layer keeps their tokens too.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 
 # The architecture keys the planner reads, and whether each must be a whole number.
 ARCHITECTURE_NUMBERS = {
@@ -84,7 +95,7 @@ class PlanInputs:
     max_model_len: int
     max_num_seqs: int
     kv_cache_dtype: str
-    kv_dtype_bytes: int
+    kv_cache_dtype_resolved: str  # what "auto" means for this model; else kv_cache_dtype
     tensor_parallel_size: int
     weight_bytes: float
     attention_layers: int
@@ -93,11 +104,26 @@ class PlanInputs:
     active_params_b: float
     bytes_per_param: float
     max_context: int
+    attention_kind: str = "full"
+    full_attention_layers: int | None = None  # None: every attention layer is full attention
+    sliding_window: int | None = None
+    sliding_window_layers: int = 0
+    mamba_layers: int = 0
+    mamba_state_bytes_per_sequence: int = 0
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    concurrent_batches: int = 2
     measured_decode_tok_s: float | None = None
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
     max_gpu_memory_utilization: float = DEFAULT_MAX_GPU_MEMORY_UTILIZATION
     bandwidth_gb_s: float = 273.0
+
+    @property
+    def kv_dtype_bytes(self) -> int | None:
+        """Bytes per KV element; None for an MLA layout sized per token as a whole (fp8_ds_mla, nvfp4_ds_mla)."""
+        if self.kv_cache_dtype_resolved in MLA_STATE_BYTES:
+            return None
+        return element_bytes(self.kv_cache_dtype_resolved)
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,7 @@ class MemoryPlan:
     inputs: PlanInputs
     weights_bytes: float
     kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
     pool_bytes: float
     kv_cache_bytes: float
     kv_capacity_tokens: int
@@ -183,7 +210,8 @@ def _architecture_problems(architecture: object, name: str) -> list[str]:
             f"{name}.architecture.active_params_b={active}: more than total_params_b={total}; a model cannot read "
             "more parameters per token than it has"
         )
-    return problems
+    # The optional attention keys, checked by the recipe schema's own function (one definition of the rule).
+    return problems + attention_problems(dict(architecture), f"{name}.architecture")
 
 
 def _found(name: str, key: str, value: object, requirement: str) -> str:
@@ -203,10 +231,26 @@ def _flag_problems(values: Mapping, name: str) -> list[str]:
         if not _is_positive_int(values.get(key)):
             problems.append(_found(name, key, values.get(key), "a positive whole number"))
     dtype = values.get("kv_cache_dtype")
-    if dtype != "auto" and dtype not in KV_CACHE_DTYPE_BYTES:
-        requirement = f"one of auto, {', '.join(KV_CACHE_DTYPE_BYTES)}"
+    if dtype != "auto" and dtype not in KV_CACHE_DTYPES:
+        requirement = f"one of auto, {', '.join(KV_CACHE_DTYPES)}"
         problems.append(_found(name, "kv_cache_dtype", dtype, requirement))
     return problems
+
+
+def _batching(recipe: Mapping, name: str) -> tuple[tuple[int, int], list[str]]:
+    """((max_num_batched_tokens, concurrent batches), problems) from the recipe's serve_flags: what a
+    sliding-window layer keeps beyond its window (vLLM max_in_flight_tokens)."""
+    flags = recipe.get("serve_flags")
+    flags = flags if isinstance(flags, Mapping) else {}
+    tokens = flags.get("max-num-batched-tokens")
+    if isinstance(tokens, str) and tokens.strip().isdigit():
+        tokens = int(tokens)
+    batches = 1 if flags.get("async-scheduling") is False else 2
+    if tokens is None:
+        return (DEFAULT_MAX_NUM_BATCHED_TOKENS, batches), []
+    if not _is_positive_int(tokens):
+        return (0, batches), [_found(name, "serve_flags.max-num-batched-tokens", tokens, "a positive whole number")]
+    return (tokens, batches), []
 
 
 def _context_problems(values: Mapping, architecture: Mapping, allow_long: bool, name: str) -> list[str]:
@@ -277,8 +321,10 @@ def build_inputs(
     values.update({key: value for key, value in (overrides or {}).items() if value is not None})
     architecture = recipe.get("architecture")
     measured, measured_problems = _measured_decode(recipe, name)
+    (batched_tokens, batches), batching_problems = _batching(recipe, name)
     problems = [
         *_flag_problems(values, name),
+        *batching_problems,
         *_architecture_problems(architecture, name),
         *measured_problems,
         *_settings_problems(
@@ -290,7 +336,7 @@ def build_inputs(
     if problems:
         return None, problems
     dtype = values["kv_cache_dtype"]
-    kv_dtype_bytes = MODEL_DTYPE_BYTES[architecture["dtype"]] if dtype == "auto" else KV_CACHE_DTYPE_BYTES[dtype]
+    resolved = (architecture.get("kv_cache_dtype_auto") or architecture["dtype"]) if dtype == "auto" else dtype
     inputs = PlanInputs(
         name=name,
         memory_total_bytes=int(memory_total_bytes),
@@ -298,7 +344,7 @@ def build_inputs(
         max_model_len=values["max_model_len"],
         max_num_seqs=values["max_num_seqs"],
         kv_cache_dtype=dtype,
-        kv_dtype_bytes=kv_dtype_bytes,
+        kv_cache_dtype_resolved=resolved,
         tensor_parallel_size=values["tensor_parallel_size"],
         weight_bytes=float(architecture["weight_bytes"]),
         attention_layers=architecture["attention_layers"],
@@ -307,12 +353,24 @@ def build_inputs(
         active_params_b=float(architecture["active_params_b"]),
         bytes_per_param=float(architecture["bytes_per_param"]),
         max_context=architecture["max_context"],
+        attention_kind=architecture.get("attention_kind") or "full",
+        full_attention_layers=architecture.get("full_attention_layers"),
+        sliding_window=architecture.get("sliding_window"),
+        sliding_window_layers=architecture.get("sliding_window_layers") or 0,
+        mamba_layers=architecture.get("mamba_layers") or 0,
+        mamba_state_bytes_per_sequence=architecture.get("mamba_state_bytes_per_sequence") or 0,
+        max_num_batched_tokens=batched_tokens,
+        concurrent_batches=batches,
         measured_decode_tok_s=measured,
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),
         max_gpu_memory_utilization=float(max_gpu_memory_utilization),
         bandwidth_gb_s=float(bandwidth_gb_s),
     )
+    try:
+        kv_bytes_per_token(inputs)
+    except FiguresError as error:
+        return None, [f"{name}.kv_cache_dtype={dtype!r}: {error}"]
     return inputs, []
 
 
@@ -324,11 +382,56 @@ def weights_bytes_per_node(inputs: PlanInputs) -> float:
     return inputs.weight_bytes / inputs.tensor_parallel_size
 
 
+def attention_layout(inputs: PlanInputs) -> AttentionLayout:
+    """The recipe's attention figures as the layout the shared KV rules read (model_config_figures), with the
+    defaults of a recipe that does not describe its attention kinds: every attention layer full, no Mamba layer."""
+    sliding = inputs.sliding_window_layers
+    full = inputs.attention_layers - sliding if inputs.full_attention_layers is None else inputs.full_attention_layers
+    return AttentionLayout(
+        model_type=inputs.name,
+        kind=inputs.attention_kind,
+        layers=full + sliding + inputs.mamba_layers,
+        full_attention_layers=full,
+        sliding_window_layers=sliding,
+        sliding_window=inputs.sliding_window,
+        kv_heads=inputs.kv_heads,
+        head_dim=inputs.head_dim,
+        mamba_layers=inputs.mamba_layers,
+    )
+
+
 def kv_bytes_per_token(inputs: PlanInputs) -> int:
-    """K and V for every attention layer, for the KV heads one node holds. Tensor parallelism splits the KV heads;
-    when there are fewer heads than nodes vLLM replicates them, hence the rounding up."""
-    heads_per_node = math.ceil(inputs.kv_heads / inputs.tensor_parallel_size)
-    return 2 * inputs.attention_layers * heads_per_node * inputs.head_dim * inputs.kv_dtype_bytes
+    """Bytes per token over the full-attention layers on one node (model_config_figures.kv_bytes_per_token: tensor
+    parallelism splits the KV heads, at least one per node; an MLA latent vector is not split)."""
+    return layout_kv_bytes_per_token(
+        attention_layout(inputs), inputs.kv_cache_dtype_resolved, inputs.tensor_parallel_size
+    )
+
+
+def sliding_window_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
+    """What the sliding-window layers hold for one sequence on one node: their bytes per token times the tokens a
+    sliding-window layer keeps (the window plus the tokens in flight, at most max_model_len, in blocks)."""
+    layout = attention_layout(inputs)
+    if not layout.sliding_window_layers:
+        return 0
+    per_token = sliding_window_kv_bytes_per_token(layout, inputs.kv_cache_dtype_resolved, inputs.tensor_parallel_size)
+    tokens = sliding_window_tokens_per_sequence(
+        layout.sliding_window, max_model_len, inputs.max_num_batched_tokens, inputs.concurrent_batches
+    )
+    return per_token * tokens
+
+
+def state_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
+    """What one sequence needs whatever its length: the sliding-window layers' tokens and the Mamba state (the
+    measured state of all Mamba layers, whole model; a lower bound: vLLM pads it to the attention page size)."""
+    return sliding_window_bytes_per_sequence(inputs, max_model_len) + inputs.mamba_state_bytes_per_sequence
+
+
+def kv_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
+    """The KV cache one sequence of max_model_len tokens needs on one node: the full-attention layers' tokens in
+    whole blocks, plus state_bytes_per_sequence()."""
+    full = kv_bytes_per_token(inputs) * full_attention_tokens_per_sequence(max_model_len)
+    return full + state_bytes_per_sequence(inputs, max_model_len)
 
 
 def pool_bytes(inputs: PlanInputs, utilization: float) -> float:
@@ -344,8 +447,20 @@ def kv_cache_bytes(inputs: PlanInputs, utilization: float) -> float:
     return pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
 
 
+def sequences_held(inputs: PlanInputs, utilization: float) -> int:
+    """How many sequences of max_model_len tokens the KV cache holds at once."""
+    cache = kv_cache_bytes(inputs, utilization)
+    return max(0, math.floor(cache / kv_bytes_per_sequence(inputs, inputs.max_model_len)))
+
+
 def kv_capacity_tokens(inputs: PlanInputs, utilization: float) -> int:
-    return max(0, math.floor(kv_cache_bytes(inputs, utilization) / kv_bytes_per_token(inputs)))
+    """Tokens of full-attention KV cache, after one sequence's state_bytes_per_sequence(): the longest sequence it
+    holds. A model with no full-attention layer holds any length: then the tokens of its full-length sequences."""
+    cache = kv_cache_bytes(inputs, utilization)
+    per_token = kv_bytes_per_token(inputs)
+    if not per_token:
+        return sequences_held(inputs, utilization) * inputs.max_model_len
+    return max(0, math.floor((cache - state_bytes_per_sequence(inputs, inputs.max_model_len)) / per_token))
 
 
 def os_reserve_bytes(inputs: PlanInputs, utilization: float) -> float:
@@ -384,9 +499,10 @@ def largest_safe_utilization(inputs: PlanInputs) -> float | None:
 def smallest_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
     """The smallest gpu_memory_utilization (a multiple of 0.01) whose KV cache holds `tokens`; None if below 1
     there is none. Safety is the caller's question."""
-    needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + tokens * kv_bytes_per_token(inputs)
+    sequence = kv_bytes_per_sequence(inputs, tokens)
+    needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + sequence
     utilization = max(0.01, _hundredths(needed / inputs.memory_total_bytes, up=True))
-    while utilization < 1 and kv_capacity_tokens(inputs, utilization) < tokens:
+    while utilization < 1 and kv_cache_bytes(inputs, utilization) < sequence:
         utilization = round(utilization + 0.01, 2)
     return utilization if utilization < 1 else None
 
@@ -517,7 +633,7 @@ def refusal_reasons(inputs: PlanInputs) -> list[str]:
     at_safe_limit = safety is not None
     if kv_cache_bytes(inputs, utilization) < 0:
         reasons.append(_weights_reason(inputs, utilization, at_safe_limit))
-    elif kv_capacity_tokens(inputs, utilization) < inputs.max_model_len:
+    elif sequences_held(inputs, utilization) < 1:
         reasons.append(_context_reason(inputs, utilization, at_safe_limit))
     return reasons
 
@@ -533,10 +649,11 @@ def plan(inputs: PlanInputs) -> MemoryPlan:
         inputs=inputs,
         weights_bytes=weights_bytes_per_node(inputs),
         kv_bytes_per_token=kv_bytes_per_token(inputs),
+        kv_bytes_per_sequence=kv_bytes_per_sequence(inputs, inputs.max_model_len),
         pool_bytes=pool_bytes(inputs, utilization),
         kv_cache_bytes=max(0.0, kv_cache_bytes(inputs, utilization)),
         kv_capacity_tokens=capacity,
-        max_full_length_seqs=capacity // inputs.max_model_len,
+        max_full_length_seqs=sequences_held(inputs, utilization),
         os_reserve_bytes=os_reserve_bytes(inputs, utilization),
         decode_bound_tok_s=decode_bound_tok_s(inputs),
         reasons=tuple(refusal_reasons(inputs)),
@@ -553,9 +670,12 @@ def summary(memory_plan: MemoryPlan) -> str:
         f"{_gib(overhead_bytes(inputs))} + KV cache {_gib(memory_plan.kv_cache_bytes)} in a "
         f"{_gib(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
         f"{_gib(inputs.memory_total_bytes)}), {_gib(memory_plan.os_reserve_bytes)} left for the OS; KV cache "
-        f"{memory_plan.kv_capacity_tokens:,} tokens at {memory_plan.kv_bytes_per_token:,} B/token = "
-        f"{memory_plan.max_full_length_seqs:,} sequences of {inputs.max_model_len:,} tokens"
+        f"{memory_plan.kv_capacity_tokens:,} tokens at {memory_plan.kv_bytes_per_token:,} B/token"
     )
+    state = state_bytes_per_sequence(inputs, inputs.max_model_len)
+    if state:
+        line += f" plus {state / 2**20:,.1f} MiB per sequence ({_state_parts(inputs)})"
+    line += f" = {memory_plan.max_full_length_seqs:,} sequences of {inputs.max_model_len:,} tokens"
     if inputs.max_num_seqs > memory_plan.max_full_length_seqs:
         line += (
             f" (max_num_seqs {inputs.max_num_seqs} is more: fine, vLLM schedules by active context, so that many "
@@ -567,12 +687,23 @@ def summary(memory_plan: MemoryPlan) -> str:
     return line
 
 
+def _state_parts(inputs: PlanInputs) -> str:
+    """What the per-sequence state is made of, for the summary."""
+    parts = []
+    if inputs.sliding_window_layers:
+        parts.append(f"{inputs.sliding_window_layers} sliding-window layers of {inputs.sliding_window:,} tokens")
+    if inputs.mamba_state_bytes_per_sequence:
+        parts.append(f"{inputs.mamba_layers} Mamba layers' state")
+    return " and ".join(parts)
+
+
 def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
     """The module's return values."""
     inputs = memory_plan.inputs
     return {
         "weights_gib": round(memory_plan.weights_bytes / GIB, 2),
         "kv_bytes_per_token": memory_plan.kv_bytes_per_token,
+        "kv_bytes_per_sequence": memory_plan.kv_bytes_per_sequence,
         "kv_capacity_tokens": memory_plan.kv_capacity_tokens,
         "max_full_length_seqs": memory_plan.max_full_length_seqs,
         "os_reserve_gib": round(memory_plan.os_reserve_bytes / GIB, 2),
@@ -597,6 +728,7 @@ def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
     keys = (
         "weights_gib",
         "kv_bytes_per_token",
+        "kv_bytes_per_sequence",
         "kv_capacity_tokens",
         "max_full_length_seqs",
         "os_reserve_gib",

@@ -49,6 +49,13 @@ FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 ARCHITECTURE_NUMBERS = ("total_params_b", "active_params_b", "bytes_per_param", "weight_bytes")
 ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context")
+# Optional architecture keys that describe the attention kinds (library/hf_model_figures returns them; recipes/
+# README.md). Without them a recipe means: every attention layer is full attention, no Mamba state.
+ATTENTION_KINDS = ("full", "mla")
+ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers")
+MAMBA_KINDS = ("mamba2", "gated_delta_net")
+# What kv_cache_dtype "auto" may resolve to for a checkpoint (the model dtype, or a ModelOpt checkpoint's FP8).
+KV_CACHE_DTYPES_AUTO = ("bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PUBLISHED_EVAL_COUNTS = ("prompt_tokens", "output_tokens")
 PUBLISHED_EVAL_FIGURES = ("ttft_s", "total_s", "prefill_tok_s", "decode_tok_s")
 
@@ -191,6 +198,77 @@ def _architecture_problems(architecture: dict, label: str) -> list[str]:
     total, active = architecture.get("total_params_b"), architecture.get("active_params_b")
     if _is_number(total) and _is_number(active) and active > total:
         problems.append(f"{label}.active_params_b={active} is more than total_params_b={total}")
+    return problems + attention_problems(architecture, label)
+
+
+def _positive_int(value: object) -> bool:
+    return _is_int(value) and value > 0
+
+
+def attention_problems(architecture: dict, label: str) -> list[str]:
+    """The optional attention keys (attention_kind, full/sliding/Mamba layer counts, MLA dimensions,
+    kv_cache_dtype_auto): each of the right type, and together consistent with attention_layers, kv_heads and
+    head_dim. The memory planner checks a recipe's architecture with this same function."""
+    problems = []
+    get = architecture.get
+    kind = get("attention_kind", "full")
+    if kind not in ATTENTION_KINDS:
+        problems.append(f"{label}.attention_kind={kind!r}: expected one of {', '.join(ATTENTION_KINDS)}")
+    for key in ARCHITECTURE_OPTIONAL_COUNTS:
+        if get(key) is not None and not (_is_int(get(key)) and get(key) >= 0):
+            problems.append(f"{label}.{key}={get(key)!r}: expected a whole number, 0 or more")
+    for key in ("sliding_window", "kv_lora_rank", "qk_rope_head_dim"):
+        if get(key) is not None and not _positive_int(get(key)):
+            problems.append(f"{label}.{key}={get(key)!r}: expected a positive integer (or null)")
+    state = get("mamba_state_bytes_per_sequence")
+    if state is not None and not (_is_int(state) and state >= 0):
+        problems.append(f"{label}.mamba_state_bytes_per_sequence={state!r}: expected a whole number of bytes")
+    if get("mamba_kind") is not None and get("mamba_kind") not in MAMBA_KINDS:
+        problems.append(f"{label}.mamba_kind={get('mamba_kind')!r}: expected one of {', '.join(MAMBA_KINDS)} or null")
+    auto = get("kv_cache_dtype_auto")
+    if auto is not None and auto not in KV_CACHE_DTYPES_AUTO:
+        problems.append(
+            f"{label}.kv_cache_dtype_auto={auto!r}: expected one of {', '.join(KV_CACHE_DTYPES_AUTO)} (another "
+            "cache layout is not modelled: set kv_cache_dtype explicitly)"
+        )
+    if problems:
+        return problems
+    return _attention_consistency(architecture, label, kind)
+
+
+def _attention_consistency(architecture: dict, label: str, kind: str) -> list[str]:
+    problems = []
+    get = architecture.get
+    layers, sliding = get("attention_layers"), get("sliding_window_layers") or 0
+    full = get("full_attention_layers")
+    if _positive_int(layers) and full is not None and full + sliding != layers:
+        problems.append(
+            f"{label}.full_attention_layers={full} + sliding_window_layers={sliding}: must add up to "
+            f"attention_layers={layers}"
+        )
+    elif _positive_int(layers) and sliding > layers:
+        problems.append(f"{label}.sliding_window_layers={sliding}: more than attention_layers={layers}")
+    if sliding and get("sliding_window") is None:
+        problems.append(
+            f"{label}.sliding_window is missing: {sliding} sliding_window_layers need the window, in tokens"
+        )
+    if get("mamba_layers") and not get("mamba_state_bytes_per_sequence"):
+        problems.append(
+            f"{label}.mamba_state_bytes_per_sequence is missing: {get('mamba_layers')} mamba_layers keep a state per "
+            "sequence (library/hf_model_figures measures it)"
+        )
+    if kind == "mla":
+        rank, rope = get("kv_lora_rank"), get("qk_rope_head_dim")
+        if rank is None or rope is None:
+            problems.append(f"{label}: attention_kind mla needs kv_lora_rank and qk_rope_head_dim")
+        elif get("head_dim") != rank + rope or get("kv_heads") != 1:
+            problems.append(
+                f"{label}: attention_kind mla stores one latent vector per token and layer, so kv_heads must be 1 "
+                f"and head_dim kv_lora_rank + qk_rope_head_dim = {rank + rope} (found kv_heads={get('kv_heads')!r}, "
+                f"head_dim={get('head_dim')!r})"
+            )
+    elif get("kv_lora_rank") is not None:
+        problems.append(f"{label}.kv_lora_rank={get('kv_lora_rank')}: only for attention_kind mla")
     return problems
 
 

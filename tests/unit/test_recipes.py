@@ -196,6 +196,23 @@ def test_nemotron_carries_the_published_evaluation():
         ({"image": "vllm:latest tag"}, "label.image="),
         ({"architecture": {"active_params_b": 9}}, "active_params_b=9 is more than total_params_b=0.75"),
         ({"architecture": {"kv_heads": 0}}, "label.architecture.kv_heads=0: expected a positive integer"),
+        ({"architecture": {"attention_kind": "gqa"}}, "label.architecture.attention_kind='gqa': expected one of"),
+        (
+            {"architecture": {"full_attention_layers": 10, "sliding_window_layers": 10, "sliding_window": 128}},
+            "full_attention_layers=10 + sliding_window_layers=10: must add up to attention_layers=28",
+        ),
+        (
+            {"architecture": {"full_attention_layers": 14, "sliding_window_layers": 14}},
+            "label.architecture.sliding_window is missing",
+        ),
+        ({"architecture": {"sliding_window": 0}}, "label.architecture.sliding_window=0: expected a positive integer"),
+        (
+            {"architecture": {"attention_kind": "mla", "kv_lora_rank": 512, "qk_rope_head_dim": 64}},
+            "attention_kind mla stores one latent vector per token and layer, so kv_heads must be 1",
+        ),
+        ({"architecture": {"attention_kind": "mla"}}, "attention_kind mla needs kv_lora_rank and qk_rope_head_dim"),
+        ({"architecture": {"mamba_layers": 23}}, "label.architecture.mamba_state_bytes_per_sequence is missing"),
+        ({"architecture": {"kv_cache_dtype_auto": "nvfp4"}}, "label.architecture.kv_cache_dtype_auto='nvfp4'"),
         ({"measured": {"decode_tok_s": 20}}, "label.measured: expected decode_tok_s (a number) and source"),
         ({"published_eval": {"source": "blog", "rows": []}}, "label.published_eval: expected a mapping with"),
         ({"published_eval": {"rows": [GOOD_ROW]}}, "label.published_eval.source is missing"),

@@ -882,3 +882,233 @@ def test_start_module_refuses_short_memory_and_counts_a_restarted_units_last_goo
     accepted = run_module("vllm_start_memory", {"units": [nemotron], "running": running, **paths}, check_mode=True)
     assert not accepted.get("failed"), accepted.get("msg")
     assert accepted["freed_gib"] == pytest.approx(0.8 * 121.69, abs=0.05)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Attention kinds: the planner sizes the KV cache with module_utils/model_config_figures' rules, the very functions
+# library/hf_model_figures measures with, so the two cannot disagree.
+
+# Test fixture: gpt-oss-120b's attention (36 layers, vLLM slides the even 18 over 128 tokens; 8 KV heads of 64).
+GPT_OSS_120B = {
+    "name": "gpt-oss-120b-fixture",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.70,
+    "max_model_len": 131072,
+    "max_num_seqs": 4,
+    "kv_cache_dtype": "auto",
+    "serve_flags": {},
+    "architecture": {
+        "total_params_b": 117.0,
+        "active_params_b": 5.1,
+        "bytes_per_param": 0.53,
+        "weight_bytes": 65.2e9,
+        "attention_layers": 36,
+        "kv_heads": 8,
+        "head_dim": 64,
+        "max_context": 131072,
+        "dtype": "bfloat16",
+        "attention_kind": "full",
+        "full_attention_layers": 18,
+        "sliding_window_layers": 18,
+        "sliding_window": 128,
+    },
+}
+
+# Test fixture: DeepSeek-V2-Lite's attention (27 MLA layers, kv_lora_rank 512 + qk_rope_head_dim 64, BF16).
+DEEPSEEK_V2_LITE = {
+    "name": "deepseek-v2-lite-fixture",
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.6,
+    "max_model_len": 32768,
+    "max_num_seqs": 4,
+    "kv_cache_dtype": "auto",
+    "architecture": {
+        "total_params_b": 15.7,
+        "active_params_b": 2.4,
+        "bytes_per_param": 2,
+        "weight_bytes": 31.4e9,
+        "attention_layers": 27,
+        "kv_heads": 1,
+        "head_dim": 576,
+        "max_context": 163840,
+        "dtype": "bfloat16",
+        "attention_kind": "mla",
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+    },
+}
+
+
+def test_gpt_oss_counts_18_full_layers_per_token_and_the_window_per_sequence():
+    memory_plan = plan(inputs_of(GPT_OSS_120B))
+    per_token = 18 * 2 * 8 * 64 * 2  # full-attention layers only: 36,864 B (36 layers would be 73,728)
+    # a sliding layer holds min(128 - 1 + 2 x 2048 in flight, 131072) = 4,223 tokens -> 264 blocks + 1 = 4,240
+    sliding = 18 * 2 * 8 * 64 * 2 * 265 * 16
+    assert memory_plan.kv_bytes_per_token == per_token == 36_864
+    assert sliding == 156_303_360
+    assert memory_plan.kv_bytes_per_sequence == 131_072 * per_token + sliding == 4_988_141_568
+    assert memory_plan.kv_bytes_per_sequence < 131_072 * 73_728  # what counting 36 full layers gave
+    cache = memory_plan.kv_cache_bytes
+    assert memory_plan.max_full_length_seqs == int(cache // 4_988_141_568)
+    assert memory_plan.kv_capacity_tokens == int((cache - sliding) // per_token)
+    assert "plus 149.1 MiB per sequence (18 sliding-window layers of 128 tokens)" in as_dict(memory_plan)["summary"]
+
+
+@pytest.mark.parametrize(
+    ("serve_flags", "max_model_len", "sliding_tokens", "full_tokens"),
+    [
+        ({}, 131072, 265 * 16, 131072),  # 2048 tokens, two batches in flight (async scheduling, vLLM 0.33)
+        ({"max-num-batched-tokens": 8192, "async-scheduling": False}, 131072, 521 * 16, 131072),  # 127 + 8192
+        ({"max-num-batched-tokens": "8192"}, 131072, 1033 * 16, 131072),  # 127 + 2 x 8192: 1032 blocks + 1
+        ({}, 1000, 64 * 16, 1008),  # never more than max_model_len (63 blocks) plus one; full: whole blocks
+    ],
+    ids=["default-batching", "8192-sync", "8192-text-async", "short-context"],
+)
+def test_sliding_layers_hold_the_window_and_the_tokens_in_flight(
+    serve_flags, max_model_len, sliding_tokens, full_tokens
+):
+    recipe = {**GPT_OSS_120B, "serve_flags": serve_flags, "max_model_len": max_model_len}
+    inputs = inputs_of(recipe)
+    window = min(128 - 1 + inputs.concurrent_batches * inputs.max_num_batched_tokens, max_model_len)
+    assert sliding_tokens == (-(-window // 16) + 1) * 16
+    assert planner.kv_bytes_per_sequence(inputs, max_model_len) == 36_864 * (full_tokens + sliding_tokens)
+
+
+def test_mla_stores_one_latent_vector_not_split_by_tensor_parallelism():
+    per_token = 27 * (512 + 64) * 2  # no factor 2 for K and V, one "head"
+    assert per_token == 31_104
+    assert plan(inputs_of(DEEPSEEK_V2_LITE)).kv_bytes_per_token == per_token
+    assert plan(inputs_of({**DEEPSEEK_V2_LITE, "tensor_parallel_size": 2})).kv_bytes_per_token == per_token
+    assert plan(inputs_of(DEEPSEEK_V2_LITE, {"kv_cache_dtype": "fp8"})).kv_bytes_per_token == per_token // 2
+    assert plan(inputs_of(DEEPSEEK_V2_LITE, {"kv_cache_dtype": "fp8_ds_mla"})).kv_bytes_per_token == 27 * 656
+    memory_plan = plan(inputs_of(DEEPSEEK_V2_LITE))
+    assert memory_plan.kv_bytes_per_sequence == 32_768 * per_token
+    # the naive formula, 2 x 27 layers x 16 heads x 192, would be 331,776 B/token: 10.7 times too much
+    assert memory_plan.fits, memory_plan.reasons
+
+
+def test_mamba_state_is_needed_once_per_sequence():
+    # Nemotron-3-Nano-30B-A3B's shape: 6 attention layers (2 KV heads of 128), 23 Mamba-2 layers of 2,134,016 B
+    recipe = with_architecture(
+        {**NEMOTRON, "max_model_len": 262144},
+        attention_layers=6,
+        mamba_layers=23,
+        mamba_state_bytes_per_sequence=23 * 2_134_016,
+    )
+    memory_plan = plan(inputs_of(recipe))
+    assert memory_plan.kv_bytes_per_token == 6 * 2 * 2 * 128 * 2 == 6_144
+    assert memory_plan.kv_bytes_per_sequence == 262_144 * 6_144 + 49_082_368
+    assert "23 Mamba layers' state" in as_dict(memory_plan)["summary"]
+
+
+def test_kv_cache_dtype_auto_follows_the_checkpoint():
+    inputs = inputs_of(with_architecture(NEMOTRON, kv_cache_dtype_auto="fp8_e4m3"))
+    assert (inputs.kv_cache_dtype, inputs.kv_cache_dtype_resolved, inputs.kv_dtype_bytes) == ("auto", "fp8_e4m3", 1)
+    assert kv_bytes_per_token(inputs) == 8 * 2 * 2 * 128
+
+
+def test_a_shorter_context_suggested_for_a_sliding_model_fits():
+    memory_plan = plan(inputs_of(GPT_OSS_120B, {"gpu_memory_utilization": 0.53}))
+    (reason,) = memory_plan.reasons
+    shorter = int(re.search(r"max_model_len to (\d+) or lower", reason).group(1))
+    assert plan(inputs_of(GPT_OSS_120B, {"gpu_memory_utilization": 0.53, "max_model_len": shorter})).fits
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "fragment"),
+    [
+        (GPT_OSS_120B, {"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype='fp8_ds_mla': kv_cache_dtype 'fp8_ds_mla' is"),
+        (
+            with_architecture(GPT_OSS_120B, sliding_window=None),
+            {},
+            "architecture.sliding_window is missing: 18 sliding_window_layers need the window",
+        ),
+        (with_architecture(DEEPSEEK_V2_LITE, head_dim=192), {}, "architecture: attention_kind mla stores one latent"),
+        (with_architecture(NEMOTRON, kv_cache_dtype_auto="nvfp4"), {}, "architecture.kv_cache_dtype_auto='nvfp4'"),
+        ({**GPT_OSS_120B, "serve_flags": {"max-num-batched-tokens": 0}}, {}, "serve_flags.max-num-batched-tokens=0"),
+    ],
+    ids=["mla-dtype-on-gqa", "no-window", "mla-head-dim", "auto-nvfp4", "batched-tokens"],
+)
+def test_bad_attention_figures_are_refused_naming_the_key(recipe, overrides, fragment):
+    problems = problems_of(recipe, overrides)
+    assert any(problem.startswith(f"{LABEL}.{fragment}") for problem in problems), problems
+
+
+# The module's fixture repos (tests/fixtures/build_figure_models.py): dense, MoE, hybrid Mamba-2, sliding window,
+# MLA, hybrid Gated DeltaNet. Each is measured once by library/hf_model_figures through the stand-in Hub.
+FIGURE_REPOS = (
+    "sparkfleet-test/llama-dense",
+    "sparkfleet-test/qwen3-moe",
+    "sparkfleet-test/nemotron-h-nvfp4",
+    "sparkfleet-test/gpt-oss-mxfp4",
+    "sparkfleet-test/deepseek-v2-lite-mla",
+    "sparkfleet-test/qwen3.5-moe-vl",
+)
+FIGURE_DTYPES = ("auto", "fp8")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory, run_module) -> dict:
+    """{(repo_id, kv_cache_dtype): (the module's result, the fixture's config.json)}."""
+    from helpers import hf_standin
+    from test_hf_model_figures import BUILD
+
+    root = tmp_path_factory.mktemp("planner-figures-hub")
+    models = BUILD.build(root)
+    results = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+            patch.delenv(name, raising=False)
+        patch.setenv("no_proxy", "127.0.0.1,localhost")
+        with hf_standin.running_standin(root) as url:
+            for repo_id in FIGURE_REPOS:
+                for dtype in FIGURE_DTYPES:
+                    args = {"repo_id": repo_id, "endpoint": url, "kv_cache_dtype": dtype}
+                    results[repo_id, dtype] = (run_module("hf_model_figures", args), models[repo_id].config)
+    return results
+
+
+def planned_from(architecture: dict, **recipe: object) -> PlanInputs:
+    """A recipe whose architecture block is what hf_model_figures returned, pasted as is."""
+    base = {
+        "name": "measured",
+        "tensor_parallel_size": 1,
+        "gpu_memory_utilization": 0.5,
+        "max_model_len": min(4096, architecture["max_context"]),
+        "max_num_seqs": 4,
+        "kv_cache_dtype": "auto",
+        "architecture": architecture,
+    }
+    return inputs_of({**base, **recipe})
+
+
+@pytest.mark.parametrize("kv_cache_dtype", FIGURE_DTYPES)
+@pytest.mark.parametrize("repo_id", FIGURE_REPOS)
+def test_the_planner_and_the_module_agree(measured, repo_id, kv_cache_dtype):
+    from model_config_figures import attention_layout, full_attention_tokens_per_sequence
+    from model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
+    from vllm_recipe import schema_problems
+
+    result, config = measured[repo_id, kv_cache_dtype]
+    assert not result.get("failed"), result.get("msg")
+    architecture = result["architecture"]
+    # The module's block is a valid recipe architecture as it stands.
+    assert [p for p in schema_problems({"architecture": architecture}, "r") if ".architecture" in p] == []
+
+    inputs = planned_from(architecture, kv_cache_dtype=kv_cache_dtype)
+    memory_plan = plan(inputs)
+    assert inputs.kv_cache_dtype_resolved == architecture["kv_cache_dtype"]
+    assert memory_plan.kv_bytes_per_token == architecture["kv_bytes_per_token"]
+    length = inputs.max_model_len
+    sliding = architecture["sliding_window_kv_bytes_per_token"]
+    if sliding:
+        sliding *= planner.sliding_window_tokens_per_sequence(architecture["sliding_window"], length, 2048, 2)
+    assert memory_plan.kv_bytes_per_sequence == (
+        architecture["kv_bytes_per_token"] * full_attention_tokens_per_sequence(length)
+        + sliding
+        + architecture["mamba_state_bytes_per_sequence"]
+    )
+    # Two nodes: the same rule on the fixture's own config (GQA heads split, the MLA latent not).
+    two = planned_from(architecture, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=2)
+    layout = attention_layout(config)
+    assert kv_bytes_per_token(two) == layout_kv_bytes_per_token(layout, architecture["kv_cache_dtype"], tp=2)
