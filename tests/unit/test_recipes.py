@@ -51,6 +51,19 @@ def test_the_issue_s_models_all_have_a_recipe():
     assert any(data["tensor_parallel_size"] == 2 for data in repos.values())
 
 
+def test_the_catalog_covers_the_spark_s_published_models_with_sources():
+    # Issue 18: at least 15 recipes, each saying where its flags and its figures come from, across the attention
+    # kinds the planner knows (full, sliding window, MLA, hybrid Mamba).
+    assert len(RECIPES) >= 15
+    for name in RECIPES:
+        sources = recipe(name)["sources"]
+        assert sources.get("flags") and sources.get("architecture"), name
+    architectures = [recipe(name)["architecture"] for name in RECIPES]
+    assert any(a.get("sliding_window_layers") for a in architectures)
+    assert any(a.get("attention_kind") == "mla" for a in architectures)
+    assert any(a.get("mamba_layers") for a in architectures)
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_each_recipe_is_named_after_its_file_and_matches_the_schema(name):
     data = recipe(name)
