@@ -183,6 +183,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.input_rules import hf_commit, hf_repo
 from ansible.module_utils.model_config_figures import (
     CONFIG,
     HF_QUANT_CONFIG,
@@ -204,8 +205,6 @@ from ansible.module_utils.safetensors_header import (
     weight_files,
 )
 
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
 NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 USER_AGENT = "sparkfleet-hf_model_figures/1 (python urllib)"
 MAX_WORKERS = 8
@@ -325,7 +324,7 @@ class Hub:
         revision = urllib.parse.quote(self.revision, safe="")
         info, _ = self.api_json(f"/api/models/{self.repo_id}/revision/{revision}", f"resolving {self.revision!r}")
         sha = info.get("sha") if isinstance(info, dict) else None
-        if not isinstance(sha, str) or not COMMIT.match(sha):
+        if hf_commit(sha) is not None:
             raise HubError(f"resolving {self.revision!r}: the Hub's answer has no commit sha")
         return sha
 
@@ -492,8 +491,9 @@ def main() -> None:
     def fail(msg: str) -> None:
         module.fail_json(msg=msg.replace(token, "********") if token else msg)
 
-    if not REPO_ID.match(params["repo_id"]):
-        fail(f"repo_id={params['repo_id']!r}: must be org/name, e.g. openai/gpt-oss-120b")
+    repo_problem = hf_repo(params["repo_id"])
+    if repo_problem:
+        fail(f"repo_id={params['repo_id']!r} {repo_problem}")
     if not params["revision"]:
         fail("revision must be a branch, tag or 40-hex commit id, not empty")
     if urllib.parse.urlsplit(params["endpoint"]).scheme not in ("http", "https"):

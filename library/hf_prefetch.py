@@ -246,9 +246,9 @@ from ansible.module_utils.hf_snapshot import (
     write_marker,
     write_status_file,
 )
+from ansible.module_utils.input_rules import hf_repo
 
 HUB = "https://huggingface.co"
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 class Prefetch:
@@ -566,8 +566,9 @@ def prepare_environment(params: dict) -> None:
 
 
 def input_problem(params: dict) -> str | None:
-    if not REPO_ID.match(params["repo_id"]):
-        return f"repo_id={params['repo_id']!r} is not a Hub model id such as 'Qwen/Qwen3-0.6B' (org/name)"
+    repo_problem = hf_repo(params["repo_id"])
+    if repo_problem:
+        return f"repo_id={params['repo_id']!r} {repo_problem}"
     if not os.path.isabs(params["cache_dir"]):
         return f"cache_dir={params['cache_dir']!r} must be an absolute path"
     if not re.match(r"^https?://[^/\s]+", params["endpoint"]):

@@ -17,6 +17,8 @@ description:
     vLLM's share, when the KV cache cannot hold one O(max_model_len) sequence, when the utilization is above
     O(max_gpu_memory_utilization) or leaves less than O(os_reserve_min_gib), and for nonsense input (every problem
     at once). O(i_accept_freeze_risk) turns the memory refusals (not the nonsense ones) into a warning.
+  - The recipe, with the overrides laid over it, is checked by the recipe rules for the keys the planner reads
+    (C(plan_problems) in module_utils/vllm_recipe.py, the same rules a recipe file meets), not by rules of its own.
   - With O(tensor_parallel_size) N in the recipe each of N Sparks holds 1/N of the weights and of the KV heads;
     every figure is per node.
   - With O(models), plans every model of the host in one call. C(--gpu-memory-utilization) is per vLLM instance,
@@ -31,8 +33,8 @@ options:
     description:
       - A recipe name, read from V(<recipes_dir>/<name>.yml), or a mapping with the keys of a recipe file.
       - The planner reads C(gpu_memory_utilization), C(max_model_len), C(max_num_seqs), C(kv_cache_dtype),
-        C(tensor_parallel_size), C(env.VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(architecture.*) and
-        C(measured.decode_tok_s).
+        C(tensor_parallel_size), C(env.VLLM_ALLOW_LONG_MAX_MODEL_LEN), C(architecture.*),
+        C(serve_flags.max-num-batched-tokens), C(serve_flags.async-scheduling) and C(measured.decode_tok_s).
       - Exactly one of O(recipe) and O(models) is required.
     type: raw
   models:
@@ -283,10 +285,10 @@ from ansible.module_utils.vllm_memory_plan import (
     as_dict,
     build_inputs,
     host_plan,
-    load_recipe,
     plan,
     unplanned_dict,
 )
+from ansible.module_utils.vllm_recipe import read_recipe
 
 
 def read_mem_total(module: AnsibleModule) -> int:
@@ -338,7 +340,7 @@ def finish(module: AnsibleModule, result: dict) -> None:
 
 def plan_one(module: AnsibleModule, memory_total: int) -> None:
     params = module.params
-    recipe, problems = load_recipe(params["recipe"], params["recipes_dir"], params["name"])
+    recipe, problems = read_recipe(params["recipe"], params["recipes_dir"], params["name"])
     if problems:
         fail_unplanned(module, problems)
     inputs, problems = build_inputs(
@@ -359,7 +361,7 @@ def plan_host(module: AnsibleModule, memory_total: int) -> None:
     entries, names, problems = [], [], []
     for index, entry in enumerate(params["models"]):
         label = entry["name"] or f"{params['name']}[{index}]"
-        recipe, found = load_recipe(entry["recipe"], params["recipes_dir"], label)
+        recipe, found = read_recipe(entry["recipe"], params["recipes_dir"], label)
         if found:
             problems += found
             continue

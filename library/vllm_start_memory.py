@@ -169,7 +169,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.spark_gpu_info import parse_meminfo
-from ansible.module_utils.vllm_memory_plan import (
+from ansible.module_utils.vllm_start_check import (
     GIB,
     StartUnit,
     mem_free_bytes,

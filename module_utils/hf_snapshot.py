@@ -12,8 +12,8 @@ The cache layout is huggingface_hub's own, so vLLM's HF_HUB_OFFLINE=1 load finds
   <cache_dir>/models--<org>--<name>/refs/<revision>               the commit a branch or tag pointed at
   <cache_dir>/models--<org>--<name>/.sparkfleet/verified-<commit>.json   ours: what was verified, and how
 
-Nothing here needs Ansible (atomic_file.py comes from module_utils/ either way) or huggingface_hub (fastsafetensors
-only where headers are read), so pytest calls these functions directly.
+Nothing here needs Ansible (atomic_file.py and input_rules.py come from module_utils/ either way) or huggingface_hub
+(fastsafetensors only where headers are read), so pytest calls these functions directly.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import fnmatch
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -32,10 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 try:
     from ansible.module_utils.atomic_file import write_json_atomically
+    from ansible.module_utils.input_rules import hf_commit
 except ImportError:  # imported as a plain module with module_utils/ on sys.path (bench/verify-throughput.py)
     from atomic_file import write_json_atomically
+    from input_rules import hf_commit
 
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
 MARKER_FOLDER = ".sparkfleet"
 LOCK_FILE = ".sparkfleet-prefetch.lock"
 # Reads this large keep the disk streaming and let hashlib drop the GIL, so shards hash in parallel.
@@ -63,8 +63,9 @@ def marker_path(cache_dir: str, repo_id: str, commit: str) -> str:
 
 
 def is_commit(revision: str) -> bool:
-    """True for a full 40-hex commit id: it names one snapshot forever, so a rerun needs no network."""
-    return bool(COMMIT.match(revision))
+    """True for a full 40-hex commit id (input_rules' hf_commit): it names one snapshot forever, so a rerun needs no
+    network."""
+    return hf_commit(revision) is None
 
 
 # --- the manifest: what the Hub says the snapshot holds --------------------------------------------------------

@@ -1,6 +1,7 @@
 """What an inventory value may be, for every value that reaches a file or a command line (a systemd unit, a config
 file, a container's arguments). Each rule here is the only definition of its kind; library/input_check.py applies
-them in preflight, library/vllm_models.py to the recipes' values, and the templates' quoting helpers
+them in preflight, module_utils/vllm_recipe.py to the recipes' values, the Hugging Face modules (hf_prefetch,
+hf_model_figures, module_utils/hf_snapshot.py) to repo ids and commits, and the templates' quoting helpers
 (filter_plugins/quoting.py) are the second line behind them.
 
 The rules say what a value may BE, so a bad value cannot be expressed at all (a space in an image reference, a
@@ -43,6 +44,14 @@ SERVED_NAME_MAX = 128
 # An absolute path of the characters a path in a unit, a --volume value (":" separates its parts) and rsyncd.conf
 # may hold unquoted. No "..": a path says where it goes.
 SAFE_PATH = re.compile(r"^/(?:[A-Za-z0-9._+@-]+/?)*$")
+
+# A Hugging Face Hub repository id, ORG/NAME: each part of letters, digits, '.', '_' and '-', starting with a letter or
+# digit. It lands in cache folder names (models--ORG--NAME), Hub URLs and vLLM's command line.
+HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+# A pinned commit of a Hub repository: the full git commit id, 40 lowercase hex digits. A branch or a tag moves; a
+# commit names one snapshot forever.
+HF_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 # Prometheus's duration format (model.ParseDuration): units from ms to y, largest first.
 DURATION = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?$")
@@ -187,6 +196,25 @@ def served_name(value: object) -> str | None:
     return None
 
 
+def hf_repo(value: object) -> str | None:
+    """A Hugging Face Hub repository id: ORG/NAME (e.g. Qwen/Qwen3-0.6B)."""
+    if not isinstance(value, str) or not value:
+        return "is not a Hugging Face repo id"
+    if not HF_REPO.fullmatch(value):
+        return control_character(value) or (
+            "is not a Hugging Face repo id ORG/NAME of letters, digits, '.', '_' and '-', each part starting with a "
+            "letter or digit (e.g. Qwen/Qwen3-0.6B)"
+        )
+    return None
+
+
+def hf_commit(value: object) -> str | None:
+    """A pinned commit of a Hugging Face repository: the full commit id, 40 lowercase hex digits."""
+    if not isinstance(value, str) or not HF_COMMIT.fullmatch(value):
+        return "is not a pinned commit: 40 lowercase hex digits (a branch or a tag moves; give the commit it names)"
+    return None
+
+
 def duration(value: object) -> str | None:
     """A Prometheus duration: 30s, 5m, 1h30m, 15d."""
     if not isinstance(value, str) or not value or not DURATION.match(value):
@@ -227,6 +255,8 @@ KINDS = {
     "port": port,
     "path": path,
     "served_name": served_name,
+    "hf_repo": hf_repo,
+    "hf_commit": hf_commit,
     "duration": duration,
     "url": url,
     "key_url": lambda value: url(value, allow_file=True),

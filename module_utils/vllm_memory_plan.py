@@ -17,61 +17,43 @@ fit:
 - decode reads the active weights once per token, so tokens/s <= bandwidth / active weight bytes.
 
 The flow is build_inputs() (recipe + overrides -> PlanInputs, or the list of what is wrong with them), then
-plan() -> MemoryPlan, then as_dict() for the module's return values.
+plan() -> MemoryPlan, then as_dict() for the module's return values. What a recipe may hold is decided by
+module_utils/vllm_recipe.py alone: build_inputs() plans only a recipe its plan_problems() passes, and checks
+nothing but the planner's own settings (settings_problems()).
 
 The models of one host are planned together: each vLLM instance takes its own --gpu-memory-utilization share of
 the one pool, so the sum must stay within max_gpu_memory_utilization and leave os_reserve_min_gib
-(shared_pool_reasons()). Right before a restart, start_check() asks whether the memory those shares need is free
-on the host now (vLLM refuses to start otherwise; vllm#48140), counting what the restarted units free.
+(shared_pool_reasons(), host_plan()). Whether those shares are free on the host right before a restart is
+module_utils/vllm_start_check.py's question.
 
-Standard library only; the YAML loader (PyYAML, which Ansible itself needs) is imported only when a recipe is
-read from a file.
+Standard library only, besides module_utils/model_config_figures.py (the KV rules) and module_utils/vllm_recipe.py
+(the recipe rules).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ansible.module_utils.model_config_figures import (
-    KV_CACHE_DTYPE_BYTES,
     MLA_STATE_BYTES,
-    MODEL_DTYPE_BYTES,
     AttentionLayout,
-    FiguresError,
     full_attention_tokens_per_sequence,
     sliding_window_kv_bytes_per_token,
     sliding_window_tokens_per_sequence,
 )
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
-from ansible.module_utils.vllm_recipe import RecipeError, attention_problems
-from ansible.module_utils.vllm_recipe import load_recipe as load_recipe_file
+from ansible.module_utils.vllm_recipe import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
 
 GIB = 2**30
-
-# The --kv-cache-dtype choices the KV rules size (model_config_figures: bytes per element, or an MLA blob).
-KV_CACHE_DTYPES = (*KV_CACHE_DTYPE_BYTES, *MLA_STATE_BYTES)
 
 # vLLM 0.33's max_num_batched_tokens when the recipe does not set --max-num-batched-tokens: 2048 for the API
 # server on a GB10 (engine/arg_utils.py, "small tier"). With async scheduling (on by default in 0.33) two batches
 # are in flight (config/vllm.py max_concurrent_batches); a sliding-window layer keeps their tokens too.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-
-# The architecture keys the planner reads, and whether each must be a whole number.
-ARCHITECTURE_NUMBERS = {
-    "total_params_b": False,
-    "active_params_b": False,
-    "bytes_per_param": False,
-    "weight_bytes": False,
-    "attention_layers": True,
-    "kv_heads": True,
-    "head_dim": True,
-    "max_context": True,
-}
 
 # The recipe values that inventory overrides (and the module's options) may replace.
 OVERRIDABLE = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype")
@@ -87,7 +69,7 @@ DEFAULT_MAX_GPU_MEMORY_UTILIZATION = 0.87
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """Everything the arithmetic needs, already checked (build_inputs() makes these)."""
+    """Everything the arithmetic needs, from a recipe vllm_recipe passed (build_inputs() makes these)."""
 
     name: str
     memory_total_bytes: int
@@ -148,162 +130,48 @@ class MemoryPlan:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Reading a recipe
-
-
-def load_recipe(recipe: object, recipes_dir: str | None, name: str = "recipe") -> tuple[dict | None, list[str]]:
-    """The recipe as a dict: `recipe` itself when it is a mapping, else the file <recipes_dir>/<recipe>.yml, read
-    by the one recipe loader (module_utils/vllm_recipe.py). Returns (recipe, []) or (None, problems)."""
-    if isinstance(recipe, Mapping):
-        return dict(recipe), []
-    if not isinstance(recipe, str) or not recipe:
-        return None, [f"{name}: the recipe must be a recipe name or a mapping of recipe keys, not {_show(recipe)}"]
-    if not recipes_dir:
-        return None, [f"{name}: recipe {recipe!r} is a name, so recipes_dir must say where the recipe files live"]
-    try:
-        return load_recipe_file(recipe, recipes_dir), []
-    except RecipeError as error:
-        return None, [f"{name}: {error}"]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Checking the inputs (every problem at once, before any arithmetic)
-
-
-def _show(value: object) -> str:
-    """A value as it would be written in YAML-ish messages: strings quoted, the rest as is."""
-    return repr(value) if isinstance(value, str) else str(value)
+# The inputs: a recipe vllm_recipe passed, and the planner's own settings
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _is_positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def long_context_allowed(recipe: Mapping) -> bool:
-    """Whether the recipe's env lets vLLM accept max_model_len above the model's max_position_embeddings."""
-    env = recipe.get("env")
-    if not isinstance(env, Mapping):
-        return False
-    return str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
-
-
-def _architecture_problems(architecture: object, name: str) -> list[str]:
-    if not isinstance(architecture, Mapping):
-        return [f"{name}.architecture: must be a mapping of the model's figures, not {_show(architecture)}"]
-    problems = []
-    for key, whole in ARCHITECTURE_NUMBERS.items():
-        value = architecture.get(key)
-        if not (_is_positive_int(value) if whole else _is_number(value) and value > 0):
-            kind = "a positive whole number" if whole else "a positive number"
-            problems.append(_found(name, f"architecture.{key}", value, kind))
-    dtype = architecture.get("dtype")
-    if dtype not in MODEL_DTYPE_BYTES:
-        requirement = f"the model's torch_dtype, one of {', '.join(MODEL_DTYPE_BYTES)}"
-        problems.append(_found(name, "architecture.dtype", dtype, requirement))
-    active, total = architecture.get("active_params_b"), architecture.get("total_params_b")
-    if _is_number(active) and _is_number(total) and 0 < total < active:
-        problems.append(
-            f"{name}.architecture.active_params_b={active}: more than total_params_b={total}; a model cannot read "
-            "more parameters per token than it has"
-        )
-    # The optional attention keys, checked by the recipe schema's own function (one definition of the rule).
-    return problems + attention_problems(dict(architecture), f"{name}.architecture")
-
-
-def _found(name: str, key: str, value: object, requirement: str) -> str:
-    """An input problem: '<name>.<key> is missing; it must be ...' or '<name>.<key>=<value>: must be ...'."""
-    if value is None:
-        return f"{name}.{key} is missing; it must be {requirement}"
-    return f"{name}.{key}={_show(value)}: must be {requirement}"
-
-
-def _flag_problems(values: Mapping, name: str) -> list[str]:
-    problems = []
-    utilization = values.get("gpu_memory_utilization")
-    if not (_is_number(utilization) and 0 < utilization < 1):
-        requirement = "a fraction of the shared memory pool, between 0 and 1 (exclusive), e.g. 0.85"
-        problems.append(_found(name, "gpu_memory_utilization", utilization, requirement))
-    for key in ("max_model_len", "max_num_seqs", "tensor_parallel_size"):
-        if not _is_positive_int(values.get(key)):
-            problems.append(_found(name, key, values.get(key), "a positive whole number"))
-    dtype = values.get("kv_cache_dtype")
-    if dtype != "auto" and dtype not in KV_CACHE_DTYPES:
-        requirement = f"one of auto, {', '.join(KV_CACHE_DTYPES)}"
-        problems.append(_found(name, "kv_cache_dtype", dtype, requirement))
-    return problems
-
-
-def _batching(recipe: Mapping, name: str) -> tuple[tuple[int, int], list[str]]:
-    """((max_num_batched_tokens, concurrent batches), problems) from the recipe's serve_flags: what a
-    sliding-window layer keeps beyond its window (vLLM max_in_flight_tokens)."""
-    flags = recipe.get("serve_flags")
-    flags = flags if isinstance(flags, Mapping) else {}
-    tokens = flags.get("max-num-batched-tokens")
-    if isinstance(tokens, str) and tokens.strip().isdigit():
-        tokens = int(tokens)
-    batches = 1 if flags.get("async-scheduling") is False else 2
-    if tokens is None:
-        return (DEFAULT_MAX_NUM_BATCHED_TOKENS, batches), []
-    if not _is_positive_int(tokens):
-        return (0, batches), [_found(name, "serve_flags.max-num-batched-tokens", tokens, "a positive whole number")]
-    return (tokens, batches), []
-
-
-def _context_problems(values: Mapping, architecture: Mapping, allow_long: bool, name: str) -> list[str]:
-    max_model_len, max_context = values.get("max_model_len"), architecture.get("max_context")
-    if allow_long or not (_is_positive_int(max_model_len) and _is_positive_int(max_context)):
-        return []
-    if max_model_len <= max_context:
-        return []
-    return [
-        f"{name}.max_model_len={max_model_len}: above the model's max_context {max_context:,}, which vLLM refuses; "
-        f"set max_model_len to {max_context} or lower (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in {name}.env when "
-        "the model is known to work beyond it)"
-    ]
-
-
-def _settings_problems(
+def settings_problems(
     memory_total_bytes: object,
     overhead_gib: object,
     os_reserve_min_gib: object,
     max_gpu_memory_utilization: object,
     bandwidth_gb_s: object,
 ) -> list[str]:
+    """What is wrong with the planner's own settings (the module's options, not recipe keys), one message each."""
     problems = []
     if not (_is_number(memory_total_bytes) and memory_total_bytes > 0):
-        problems.append(f"memory_total_bytes={_show(memory_total_bytes)}: must be the host's MemTotal, in bytes (> 0)")
+        problems.append(f"memory_total_bytes={memory_total_bytes!r}: must be the host's MemTotal, in bytes (> 0)")
     for key, value in (("overhead_gib", overhead_gib), ("os_reserve_min_gib", os_reserve_min_gib)):
         if not (_is_number(value) and value >= 0):
-            problems.append(f"{key}={_show(value)}: must be a number of GiB, 0 or more")
+            problems.append(f"{key}={value!r}: must be a number of GiB, 0 or more")
     if not (_is_number(max_gpu_memory_utilization) and 0 < max_gpu_memory_utilization <= 1):
         problems.append(
-            f"max_gpu_memory_utilization={_show(max_gpu_memory_utilization)}: must be a fraction in (0, 1], e.g. 0.90"
+            f"max_gpu_memory_utilization={max_gpu_memory_utilization!r}: must be a fraction in (0, 1], e.g. 0.90"
         )
     if not (_is_number(bandwidth_gb_s) and bandwidth_gb_s > 0):
-        problems.append(f"bandwidth_gb_s={_show(bandwidth_gb_s)}: must be the memory bandwidth in GB/s (> 0)")
+        problems.append(f"bandwidth_gb_s={bandwidth_gb_s!r}: must be the memory bandwidth in GB/s (> 0)")
     return problems
 
 
-def _measured_decode(recipe: Mapping, name: str) -> tuple[float | None, list[str]]:
-    measured = recipe.get("measured")
-    if measured is None:
-        return None, []
-    if not isinstance(measured, Mapping):
-        return None, [f"{name}.measured: must be a mapping (decode_tok_s, source), not {_show(measured)}"]
-    value = measured.get("decode_tok_s")
-    if value is None:
-        return None, []
-    if not (_is_number(value) and value > 0):
-        return None, [f"{name}.measured.decode_tok_s={_show(value)}: must be a positive number of tokens/s"]
-    return float(value), []
+def batching(recipe: Mapping) -> tuple[int, int]:
+    """(max_num_batched_tokens, concurrent batches) of a checked recipe's serve_flags: what a sliding-window layer
+    keeps beyond its window (vLLM max_in_flight_tokens). vLLM's defaults where the recipe sets neither."""
+    flags = recipe.get("serve_flags")
+    flags = flags if isinstance(flags, Mapping) else {}
+    tokens = whole_number(flags.get("max-num-batched-tokens"))
+    batches = 1 if flags.get("async-scheduling") is False else 2
+    return (DEFAULT_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens), batches
 
 
 def build_inputs(
-    recipe: Mapping,
+    recipe: object,
     overrides: Mapping | None = None,
     *,
     memory_total_bytes: object,
@@ -313,39 +181,29 @@ def build_inputs(
     max_gpu_memory_utilization: object = DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
     bandwidth_gb_s: object = 273.0,
 ) -> tuple[PlanInputs | None, list[str]]:
-    """The checked inputs of the plan: the recipe's values, replaced by any override that is not None.
-    Returns (inputs, []) or (None, every problem found)."""
-    if not isinstance(recipe, Mapping):
-        return None, [f"{name}: the recipe must be a mapping of recipe keys, not {_show(recipe)}"]
-    values = {key: recipe.get(key) for key in (*OVERRIDABLE, "tensor_parallel_size")}
-    values.update({key: value for key, value in (overrides or {}).items() if value is not None})
-    architecture = recipe.get("architecture")
-    measured, measured_problems = _measured_decode(recipe, name)
-    (batched_tokens, batches), batching_problems = _batching(recipe, name)
-    problems = [
-        *_flag_problems(values, name),
-        *batching_problems,
-        *_architecture_problems(architecture, name),
-        *measured_problems,
-        *_settings_problems(
-            memory_total_bytes, overhead_gib, os_reserve_min_gib, max_gpu_memory_utilization, bandwidth_gb_s
-        ),
-    ]
-    if isinstance(architecture, Mapping):
-        problems += _context_problems(values, architecture, long_context_allowed(recipe), name)
+    """The inputs of the plan: `recipe` with each override that is not None laid over it, checked by
+    vllm_recipe.plan_problems() (the planner has no input rules of its own), and the planner's settings checked by
+    settings_problems(). Returns (inputs, []) or (None, every problem found, each naming `name`)."""
+    if isinstance(recipe, Mapping):
+        given = {key: value for key, value in (overrides or {}).items() if value is not None}
+        recipe = apply_overrides(dict(recipe), given)
+    problems = plan_problems(recipe, name) + settings_problems(
+        memory_total_bytes, overhead_gib, os_reserve_min_gib, max_gpu_memory_utilization, bandwidth_gb_s
+    )
     if problems:
         return None, problems
-    dtype = values["kv_cache_dtype"]
-    resolved = (architecture.get("kv_cache_dtype_auto") or architecture["dtype"]) if dtype == "auto" else dtype
-    inputs = PlanInputs(
+    architecture = recipe["architecture"]
+    batched_tokens, batches = batching(recipe)
+    measured = (recipe.get("measured") or {}).get("decode_tok_s")
+    return PlanInputs(
         name=name,
         memory_total_bytes=int(memory_total_bytes),
-        gpu_memory_utilization=float(values["gpu_memory_utilization"]),
-        max_model_len=values["max_model_len"],
-        max_num_seqs=values["max_num_seqs"],
-        kv_cache_dtype=dtype,
-        kv_cache_dtype_resolved=resolved,
-        tensor_parallel_size=values["tensor_parallel_size"],
+        gpu_memory_utilization=float(recipe["gpu_memory_utilization"]),
+        max_model_len=recipe["max_model_len"],
+        max_num_seqs=recipe["max_num_seqs"],
+        kv_cache_dtype=recipe["kv_cache_dtype"],
+        kv_cache_dtype_resolved=resolved_kv_cache_dtype(recipe),
+        tensor_parallel_size=recipe["tensor_parallel_size"],
         weight_bytes=float(architecture["weight_bytes"]),
         attention_layers=architecture["attention_layers"],
         kv_heads=architecture["kv_heads"],
@@ -361,17 +219,12 @@ def build_inputs(
         mamba_state_bytes_per_sequence=architecture.get("mamba_state_bytes_per_sequence") or 0,
         max_num_batched_tokens=batched_tokens,
         concurrent_batches=batches,
-        measured_decode_tok_s=measured,
+        measured_decode_tok_s=None if measured is None else float(measured),
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),
         max_gpu_memory_utilization=float(max_gpu_memory_utilization),
         bandwidth_gb_s=float(bandwidth_gb_s),
-    )
-    try:
-        kv_bytes_per_token(inputs)
-    except FiguresError as error:
-        return None, [f"{name}.kv_cache_dtype={dtype!r}: {error}"]
-    return inputs, []
+    ), []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -480,7 +333,7 @@ def utilization_is_safe(inputs: PlanInputs, utilization: float) -> bool:
     )
 
 
-def _hundredths(value: float, up: bool) -> float:
+def hundredths(value: float, up: bool) -> float:
     """`value` rounded up or down to 0.01, ignoring float noise below a millionth of a step."""
     steps = round(value * 100, 6)
     return (math.ceil(steps) if up else math.floor(steps)) / 100
@@ -490,7 +343,7 @@ def largest_safe_utilization(inputs: PlanInputs) -> float | None:
     """The largest gpu_memory_utilization (a multiple of 0.01) within max_gpu_memory_utilization that leaves
     os_reserve_min_gib; None when even 0.01 leaves too little."""
     limit = min(inputs.max_gpu_memory_utilization, 1 - inputs.os_reserve_min_gib * GIB / inputs.memory_total_bytes)
-    utilization = _hundredths(limit, up=False)
+    utilization = hundredths(limit, up=False)
     while utilization > 0 and not utilization_is_safe(inputs, utilization):
         utilization = round(utilization - 0.01, 2)
     return utilization if utilization > 0 else None
@@ -501,7 +354,7 @@ def smallest_utilization_holding(inputs: PlanInputs, tokens: int) -> float | Non
     there is none. Safety is the caller's question."""
     sequence = kv_bytes_per_sequence(inputs, tokens)
     needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + sequence
-    utilization = max(0.01, _hundredths(needed / inputs.memory_total_bytes, up=True))
+    utilization = max(0.01, hundredths(needed / inputs.memory_total_bytes, up=True))
     while utilization < 1 and kv_cache_bytes(inputs, utilization) < sequence:
         utilization = round(utilization + 0.01, 2)
     return utilization if utilization < 1 else None
@@ -518,7 +371,8 @@ def safe_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
 # Refusals, each naming the variable and a value that works
 
 
-def _gib(value: float) -> str:
+def gib_text(value: float) -> str:
+    """Bytes as GiB for a message: '12.3 GiB'."""
     return f"{value / GIB:,.1f} GiB"
 
 
@@ -529,7 +383,7 @@ def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
     label = f"{inputs.name}.gpu_memory_utilization={utilization}"
     reserve = os_reserve_bytes(inputs, utilization)
     found = (
-        f"it leaves {_gib(reserve)} of {_gib(inputs.memory_total_bytes)} for the OS, Docker and page cache "
+        f"it leaves {gib_text(reserve)} of {gib_text(inputs.memory_total_bytes)} for the OS, Docker and page cache "
         f"(os_reserve_min_gib asks for {inputs.os_reserve_min_gib:.1f} GiB)"
     )
     if utilization > inputs.max_gpu_memory_utilization:
@@ -538,7 +392,7 @@ def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
     if safe is None:
         return (
             f"{label}: no gpu_memory_utilization leaves os_reserve_min_gib {inputs.os_reserve_min_gib:.1f} GiB of "
-            f"this host's {_gib(inputs.memory_total_bytes)}; {risk}"
+            f"this host's {gib_text(inputs.memory_total_bytes)}; {risk}"
         )
     fix = f"set gpu_memory_utilization to {safe:.2f} or lower"
     least = safe_utilization_holding(inputs, inputs.max_model_len)
@@ -567,9 +421,9 @@ def _weights_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool)
     weights, overhead = weights_bytes_per_node(inputs), overhead_bytes(inputs)
     per_node = " per node" if inputs.tensor_parallel_size > 1 else ""
     found = (
-        f"the weights ({_gib(weights)}{per_node}) plus overhead ({_gib(overhead)}) need {_gib(weights + overhead)}, "
-        f"more than the {_gib(pool_bytes(inputs, utilization))} pool ({utilization:.2f} of "
-        f"{_gib(inputs.memory_total_bytes)})"
+        f"the weights ({gib_text(weights)}{per_node}) plus overhead ({gib_text(overhead)}) need "
+        f"{gib_text(weights + overhead)}, more than the {gib_text(pool_bytes(inputs, utilization))} pool "
+        f"({utilization:.2f} of {gib_text(inputs.memory_total_bytes)})"
     )
     if at_safe_limit:
         found = f"even at the largest safe gpu_memory_utilization {utilization:.2f}, {found}"
@@ -666,10 +520,10 @@ def summary(memory_plan: MemoryPlan) -> str:
     nodes = "" if inputs.tensor_parallel_size == 1 else f" per node of {inputs.tensor_parallel_size}"
     verdict = "fits" if memory_plan.fits else "DOES NOT FIT"
     line = (
-        f"{inputs.name} {verdict}{nodes}: weights {_gib(memory_plan.weights_bytes)} + overhead "
-        f"{_gib(overhead_bytes(inputs))} + KV cache {_gib(memory_plan.kv_cache_bytes)} in a "
-        f"{_gib(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
-        f"{_gib(inputs.memory_total_bytes)}), {_gib(memory_plan.os_reserve_bytes)} left for the OS; KV cache "
+        f"{inputs.name} {verdict}{nodes}: weights {gib_text(memory_plan.weights_bytes)} + overhead "
+        f"{gib_text(overhead_bytes(inputs))} + KV cache {gib_text(memory_plan.kv_cache_bytes)} in a "
+        f"{gib_text(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
+        f"{gib_text(inputs.memory_total_bytes)}), {gib_text(memory_plan.os_reserve_bytes)} left for the OS; KV cache "
         f"{memory_plan.kv_capacity_tokens:,} tokens at {memory_plan.kv_bytes_per_token:,} B/token"
     )
     state = state_bytes_per_sequence(inputs, inputs.max_model_len)
@@ -771,7 +625,7 @@ def _shared_fixes(plans: list[MemoryPlan], limit: float) -> str:
     by_share = sorted(range(len(plans)), key=lambda i: -plans[i].inputs.gpu_memory_utilization)
     for index in by_share:
         others = sum(p.inputs.gpu_memory_utilization for i, p in enumerate(plans) if i != index)
-        candidate = _hundredths(limit - others, up=False)
+        candidate = hundredths(limit - others, up=False)
         needed = least[index]
         if needed is not None and 0 < needed <= candidate:
             fixes.append(
@@ -807,9 +661,9 @@ def shared_pool_reasons(plans: list[MemoryPlan], recipe_names: list[str | None] 
     together = " + ".join(_described(p, name) for p, name in zip(plans, names, strict=True))
     found = (
         f"{together} = {total:.2f}: these models run on this host together and --gpu-memory-utilization is per vLLM "
-        f"instance, so they take {_gib(inputs.memory_total_bytes * total)} of the one "
-        f"{_gib(inputs.memory_total_bytes)} pool and leave {_gib(inputs.memory_total_bytes * (1 - total))} for the "
-        f"OS, Docker and page cache (os_reserve_min_gib asks for {inputs.os_reserve_min_gib:.1f} GiB)"
+        f"instance, so they take {gib_text(inputs.memory_total_bytes * total)} of the one "
+        f"{gib_text(inputs.memory_total_bytes)} pool and leave {gib_text(inputs.memory_total_bytes * (1 - total))} "
+        f"for the OS, Docker and page cache (os_reserve_min_gib asks for {inputs.os_reserve_min_gib:.1f} GiB)"
     )
     if total > inputs.max_gpu_memory_utilization:
         found += f", above max_gpu_memory_utilization {inputs.max_gpu_memory_utilization:.2f} for the sum"
@@ -834,8 +688,8 @@ def host_summary(plans: list[MemoryPlan], reasons: list[str]) -> str:
         head = f"{len(plans)} models {verdict} together: gpu_memory_utilization {shares} = {total:.2f} of "
     return (
         f"{head}"
-        f"{_gib(inputs.memory_total_bytes)} ({_gib(inputs.memory_total_bytes * total)}), "
-        f"{_gib(inputs.memory_total_bytes * (1 - total))} left for the OS"
+        f"{gib_text(inputs.memory_total_bytes)} ({gib_text(inputs.memory_total_bytes * total)}), "
+        f"{gib_text(inputs.memory_total_bytes * (1 - total))} left for the OS"
     )
 
 
@@ -874,191 +728,3 @@ def host_plan(
         "memory_total_gib": round(memory_total_bytes / GIB, 2),
         "os_reserve_gib": round(memory_total_bytes * (1 - total) / GIB, 2),
     }, []
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Before a restart: is the memory those vLLMs need free on the host now?
-#
-# vLLM refuses to start unless the free memory at start is at least gpu_memory_utilization x total, and on a GB10
-# "free" is close to MemFree, so page cache counts as used (vllm#48140). The units restart one after another in
-# the order of vllm_server_models, and each one's start check can run before the next one has stopped, so every
-# step must fit on its own:
-#
-#   free + (what the units restarted so far free when they stop) >= (their shares) + margin
-#
-# free is MemAvailable after dropping the page cache when the unit drops it too (vllm_server_drop_caches; in check
-# mode MemAvailable estimates what that drop frees), else MemFree. A running unit frees the share of the
-# configuration it runs: that of its last good configuration (the role's <unit>.last-good.json, written when that
-# configuration passed the health gate), never the share of the new one, which may be larger; a running unit with
-# no last good configuration is counted as freeing nothing. What all of them free is at most what is in use now.
-
-UTILIZATION_FLAG = "--gpu-memory-utilization"
-
-
-@dataclass(frozen=True)
-class StartUnit:
-    """One queued unit: its label (e.g. vllm_server_models[1]), its systemd unit, the share its new configuration
-    takes, whether it is about to (re)start, whether it runs now and the share of the configuration it runs."""
-
-    name: str
-    unit: str
-    gpu_memory_utilization: float
-    restart: bool = True
-    running: bool = False
-    running_utilization: float | None = None
-
-
-@dataclass(frozen=True)
-class StartCheck:
-    """The memory figures of the check, in bytes, and why the restarts must not happen (empty when they may)."""
-
-    memory_total_bytes: int
-    free_bytes: int
-    free_source: str
-    freed_bytes: float
-    needed_bytes: float
-    margin_bytes: float
-    steps: tuple[dict[str, Any], ...]
-    reasons: tuple[str, ...]
-
-    @property
-    def fits(self) -> bool:
-        return not self.reasons
-
-
-def mem_free_bytes(meminfo_text: str) -> int:
-    """MemFree of a /proc/meminfo text, in bytes (the kernel prints kB = KiB). Raises ValueError when absent."""
-    for line in meminfo_text.splitlines():
-        key, _, rest = line.partition(":")
-        if key == "MemFree" and rest.split():
-            return int(rest.split()[0]) * 1024
-    raise ValueError("/proc/meminfo lacks MemFree")
-
-
-def utilization_of_serve_args(serve_args: object) -> float | None:
-    """The --gpu-memory-utilization of a `vllm serve` argument list; None when it is not there or not a number."""
-    if not isinstance(serve_args, list):
-        return None
-    for position, arg in enumerate(serve_args):
-        value = None
-        if arg == UTILIZATION_FLAG and position + 1 < len(serve_args):
-            value = serve_args[position + 1]
-        elif isinstance(arg, str) and arg.startswith(UTILIZATION_FLAG + "="):
-            value = arg.partition("=")[2]
-        if value is not None:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                return None
-            return number if 0 < number <= 1 else None
-    return None
-
-
-def running_utilization(last_good_json: str) -> float | None:
-    """The gpu_memory_utilization of a last good configuration (the JSON the role keeps: serve_args, ...)."""
-    try:
-        configuration = json.loads(last_good_json)
-    except ValueError:
-        return None
-    if not isinstance(configuration, Mapping):
-        return None
-    return utilization_of_serve_args(configuration.get("serve_args"))
-
-
-def should_drop_caches(drop_caches: bool, check_mode: bool, units: list[StartUnit]) -> bool:
-    """Drop the page cache only when asked, for real (not in check mode), and when a unit is about to start."""
-    return drop_caches and not check_mode and any(unit.restart for unit in units)
-
-
-def start_check(
-    memory: Mapping[str, int],
-    units: list[StartUnit],
-    *,
-    margin_gib: float,
-    use_available: bool,
-) -> StartCheck:
-    """Whether the units about to (re)start find the memory their vLLMs need, step by step in their order.
-    `memory` holds mem_total_bytes, mem_available_bytes and mem_free_bytes; `use_available` says that the page
-    cache is (or will be) dropped before each start, so MemAvailable is what vLLM finds free, else MemFree."""
-    total = memory["mem_total_bytes"]
-    free = memory["mem_available_bytes"] if use_available else memory["mem_free_bytes"]
-    free_source = "MemAvailable" if use_available else "MemFree (the page cache is not dropped)"
-    in_use = max(0, total - free)
-    margin = margin_gib * GIB
-    freed = needed = 0.0
-    steps = []
-    exact: list[tuple[float, float]] = []  # (share, frees) of each step, in bytes
-    reasons: list[str] = []
-    restarting = [unit for unit in units if unit.restart]
-    for unit in restarting:
-        frees = 0.0
-        if unit.running and unit.running_utilization is not None:
-            frees = min(unit.running_utilization * total, in_use - freed)
-        share = unit.gpu_memory_utilization * total
-        exact.append((share, frees))
-        freed += frees
-        needed += share
-        step = {
-            "name": unit.name,
-            "unit": unit.unit,
-            "gpu_memory_utilization": unit.gpu_memory_utilization,
-            "share_gib": round(share / GIB, 2),
-            "running": unit.running,
-            "frees_gib": round(frees / GIB, 2),
-        }
-        steps.append(step)
-        if not reasons and free + freed < needed + margin:
-            reasons.append(_start_reason(total, restarting, exact, free, free_source, freed, needed, margin))
-    return StartCheck(
-        memory_total_bytes=total,
-        free_bytes=free,
-        free_source=free_source,
-        freed_bytes=freed,
-        needed_bytes=needed,
-        margin_bytes=margin,
-        steps=tuple(steps),
-        reasons=tuple(reasons),
-    )
-
-
-def _start_reason(
-    total: int,
-    restarting: list[StartUnit],
-    exact: list[tuple[float, float]],
-    free: float,
-    free_source: str,
-    freed: float,
-    needed: float,
-    margin: float,
-) -> str:
-    """Why the last of the steps in `exact` does not fit, and what to lower."""
-    unit = restarting[len(exact) - 1]
-    share = exact[-1][0]
-    found = (
-        f"not enough free memory to (re)start {unit.unit} ({unit.name}, gpu_memory_utilization "
-        f"{unit.gpu_memory_utilization:.2f} = {_gib(share)} of {_gib(total)}): {_gib(free)} is free now ({free_source})"
-    )
-    steps = list(zip(restarting, exact, strict=False))
-    frees = [f"{u.unit} frees {_gib(gives)} when it stops" for u, (_, gives) in steps if gives > 0]
-    if frees:
-        found += ", " + ", ".join(frees)
-    unknown = [u.unit for u, _ in steps if u.running and u.running_utilization is None]
-    if unknown:
-        found += f", {', '.join(unknown)} runs a configuration with no last good record (counted as freeing nothing)"
-    before = [f"{u.unit} takes {_gib(takes)} first" for u, (takes, _) in steps[:-1]]
-    if before:
-        found += ", " + ", ".join(before)
-    found += f"; it needs {_gib(share)} plus the margin {_gib(margin)} (vllm_server_start_margin_gib)"
-    why = (
-        "vLLM refuses to start with less free memory than gpu_memory_utilization x total (vllm#48140), and a Spark "
-        "whose memory runs out can freeze. Nothing was restarted: the running units keep their previous configuration "
-        "(the new unit files are written and would apply at their next restart or at boot)"
-    )
-    room = free + freed - (needed - share) - margin
-    fix = _hundredths(max(0.0, room) / total, up=False)
-    fixes = []
-    if fix > 0:
-        fixes.append(f"lower {unit.name}.gpu_memory_utilization to {fix:.2f} or less")
-    fixes.append("free memory on the host (`free -g` shows it; stop what else uses it)")
-    fixes.append(f"lower vllm_server_start_margin_gib ({margin / GIB:.1f})")
-    return f"{found}. {why}. Then {', or '.join(fixes)}, and run again"

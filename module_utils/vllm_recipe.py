@@ -2,7 +2,9 @@
 
 A recipe is data (recipes/<name>.yml, schema in recipes/README.md). Everything that can be wrong with one is
 found here, on the controller, before a host is touched: a key of the wrong type, a flag the pinned vLLM
-does not have (a typo would otherwise fail only after a 15-minute weight load), a secret in the wrong place.
+does not have (a typo would otherwise fail only after a 15-minute weight load), a secret in the wrong place, a
+value the memory planner cannot plan. This is the one recipe validator: the memory planner
+(module_utils/vllm_memory_plan.py) plans only what plan_problems() passes and has no input rules of its own.
 Problems are returned as a list of messages that name the inventory variable (``label``) and the fix.
 """
 
@@ -10,10 +12,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ansible.module_utils import input_rules
+from ansible.module_utils.model_config_figures import (
+    KV_CACHE_DTYPE_BYTES,
+    MLA_STATE_BYTES,
+    MODEL_DTYPE_BYTES,
+    FiguresError,
+    kv_bytes_per_token_per_layer,
+)
 
 # The planner's four values: top-level recipe keys, rendered as these flags.
 PLANNED_FLAGS = {
@@ -39,13 +50,16 @@ SECRET_ENV = {
     "HUGGING_FACE_HUB_TOKEN": "vllm_server_hf_token",
     "VLLM_API_KEY": "vllm_server_api_key",
 }
-MODEL_DTYPES = ("bfloat16", "float16", "float32")
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
-REVISION = re.compile(r"^[0-9a-f]{40}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+# A flag value written as text that means a number, as YAML gives "8192".
+WHOLE_NUMBER_TEXT = re.compile(r"[0-9]+")
+
+# kv_cache_dtype: "auto" (resolved_kv_cache_dtype() says what it means) or a dtype whose KV cache the KV rules of
+# module_utils/model_config_figures.py size. The pinned vLLM has more choices; the planner cannot size those.
+KV_CACHE_DTYPES = ("auto", *KV_CACHE_DTYPE_BYTES, *MLA_STATE_BYTES)
 
 ARCHITECTURE_NUMBERS = ("total_params_b", "active_params_b", "bytes_per_param", "weight_bytes")
 ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context")
@@ -74,7 +88,7 @@ def recipe_names(recipes_dir: str | Path) -> list[str]:
 
 def load_recipe(name: str, recipes_dir: str | Path) -> dict:
     """The recipe <recipes_dir>/<name>.yml as a dict; RecipeError names the file and the recipes that exist.
-    The one recipe loader: library/vllm_recipe, library/vllm_models and the memory planner all read through it."""
+    The one recipe loader: library/vllm_recipe, library/vllm_models and library/vllm_memory_plan all read through it."""
     import yaml  # PyYAML ships with Ansible; imported here so the pure functions below need nothing
 
     folder = Path(recipes_dir)
@@ -93,6 +107,21 @@ def load_recipe(name: str, recipes_dir: str | Path) -> dict:
     return recipe
 
 
+def read_recipe(recipe: object, recipes_dir: str | None, label: str = "recipe") -> tuple[dict | None, list[str]]:
+    """The recipe a module option gives: a mapping as it is, or a name read from <recipes_dir>/<name>.yml by
+    load_recipe(). Returns (recipe, []) or (None, [the problem, naming `label`])."""
+    if isinstance(recipe, Mapping):
+        return dict(recipe), []
+    if not isinstance(recipe, str) or not recipe:
+        return None, [f"{label}: the recipe must be a recipe name or a mapping of recipe keys, not {recipe!r}"]
+    if not recipes_dir:
+        return None, [f"{label}: recipe {recipe!r} is a name, so recipes_dir must say where the recipe files live"]
+    try:
+        return load_recipe(recipe, recipes_dir), []
+    except RecipeError as error:
+        return None, [f"{label}: {error}"]
+
+
 def apply_overrides(recipe: dict, overrides: dict) -> dict:
     """The recipe with `overrides` laid over it: mappings merge key by key, anything else replaces."""
     merged = dict(recipe)
@@ -105,6 +134,9 @@ def apply_overrides(recipe: dict, overrides: dict) -> dict:
 
 
 # --- the schema ----------------------------------------------------------------------------------------------
+# The one definition of what a recipe may hold. schema_problems() checks a whole recipe; plan_problems() checks the
+# part the memory planner reads, and is the only check the planner asks for (module_utils/vllm_memory_plan.py plans
+# nothing it refuses), so a mapping handed to library/vllm_memory_plan meets the very rules of a recipe file.
 
 
 def _is_int(value: object) -> bool:
@@ -112,7 +144,16 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or a finite float (YAML can write .inf and .nan; no figure of a model is either)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive_int(value: object) -> bool:
+    return _is_int(value) and value > 0
+
+
+def _positive_number(value: object) -> bool:
+    return _is_number(value) and value > 0
 
 
 def _why(kind: str, value: object) -> str:
@@ -120,23 +161,40 @@ def _why(kind: str, value: object) -> str:
     return input_rules.problem(kind, value) or "is good"
 
 
-def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
-    """Every way `recipe` departs from the schema in recipes/README.md, one message each."""
-    problems: list[str] = []
+def _problem(mapping: Mapping, key: str, label: str, expected: str) -> str:
+    """The message for a bad key: '<label>.<key> is missing: expected ...' or '<label>.<key>=<value>: expected ...'."""
+    if key not in mapping:
+        return f"{label}.{key} is missing: expected {expected}"
+    return f"{label}.{key}={mapping[key]!r}: expected {expected}"
+
+
+def _checker(recipe: Mapping, label: str, problems: list[str]) -> Callable[[str, bool, str], None]:
+    """need(key, ok, expected): records _problem() for `key` in `problems` unless ok."""
 
     def need(key: str, ok: bool, expected: str) -> None:
-        if key not in recipe:
-            problems.append(f"{label}.{key} is missing: expected {expected}")
-        elif not ok:
-            problems.append(f"{label}.{key}={recipe[key]!r}: expected {expected}")
+        if not ok:
+            problems.append(_problem(recipe, key, label, expected))
 
+    return need
+
+
+def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
+    """Every way `recipe` departs from the schema in recipes/README.md, one message each: what names and places
+    the model, its flags, environment, sources and published evaluation here, and what the memory planner reads
+    through plan_problems()."""
+    problems: list[str] = []
+    need = _checker(recipe, label, problems)
     get = recipe.get
     need("name", isinstance(get("name"), str) and bool(NAME.match(get("name"))), "a name like 'gpt-oss-120b'")
     need("description", isinstance(get("description"), str) and bool(get("description")), "one line of text")
-    need("hf_repo", isinstance(get("hf_repo"), str) and bool(HF_REPO.match(get("hf_repo"))), "'org/model'")
+    need(
+        "hf_repo",
+        input_rules.hf_repo(get("hf_repo")) is None,
+        "'org/model', the model's Hugging Face repo id (e.g. Qwen/Qwen3-0.6B)",
+    )
     need(
         "hf_revision",
-        isinstance(get("hf_revision"), str) and bool(REVISION.match(get("hf_revision"))),
+        input_rules.hf_commit(get("hf_revision")) is None,
         "a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
         "(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)",
     )
@@ -153,22 +211,9 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
             input_rules.image(get("image")) is None,
             f"an image reference; this one {_why('image', get('image'))}",
         )
-    # One Spark, or two linked by ConnectX-7: vLLM's multi-node launch here knows no other size.
-    need(
-        "tensor_parallel_size", get("tensor_parallel_size") in (1, 2) and _is_int(get("tensor_parallel_size")), "1 or 2"
-    )
-    utilization = get("gpu_memory_utilization")
-    need("gpu_memory_utilization", _is_number(utilization) and 0 < utilization < 1, "a fraction between 0 and 1")
-    need("max_model_len", _is_int(get("max_model_len")) and get("max_model_len") > 0, "a positive number of tokens")
-    need("max_num_seqs", _is_int(get("max_num_seqs")) and get("max_num_seqs") > 0, "a positive integer")
-    # Its choices are the pinned vLLM's (--kv-cache-dtype in the flag list): flag_problems checks them.
-    need("kv_cache_dtype", isinstance(get("kv_cache_dtype"), str), "a KV-cache dtype such as auto or fp8")
     need("serve_flags", isinstance(get("serve_flags"), dict), "a mapping of flag name to value ({} for none)")
     need("env", isinstance(get("env"), dict), "a mapping of variable name to text ({} for none)")
-    need("architecture", isinstance(get("architecture"), dict), "a mapping (see recipes/README.md)")
     need("sources", isinstance(get("sources"), dict), "a mapping with 'flags' and 'architecture'")
-    if isinstance(get("architecture"), dict):
-        problems += _architecture_problems(get("architecture"), f"{label}.architecture")
     if isinstance(get("sources"), dict):
         for key in ("flags", "architecture"):
             if not isinstance(get("sources").get(key), str) or not get("sources")[key]:
@@ -177,38 +222,192 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
         problems += _env_problems(get("env"), f"{label}.env")
     if "published_eval" in recipe:
         problems += _published_eval_problems(get("published_eval"), f"{label}.published_eval")
-    measured = get("measured")
-    if measured is not None and not (
-        isinstance(measured, dict) and _is_number(measured.get("decode_tok_s")) and measured.get("source")
-    ):
-        problems.append(f"{label}.measured: expected decode_tok_s (a number) and source, or no 'measured' at all")
+    return problems + plan_problems(recipe, label)
+
+
+def _published_eval_problems(published: object, label: str) -> list[str]:
+    """The optional published evaluation (library/vllm_bench compares against it): a source and its rows."""
+    if not isinstance(published, dict) or not isinstance(published.get("rows"), list) or not published["rows"]:
+        return [f"{label}: expected a mapping with 'source' and a non-empty list 'rows', or no 'published_eval'"]
+    problems = []
+    if not isinstance(published.get("source"), str) or not published["source"]:
+        problems.append(f"{label}.source is missing: say where the figures were published")
+    for index, row in enumerate(published["rows"]):
+        where = f"{label}.rows[{index}]"
+        if not isinstance(row, dict):
+            problems.append(f"{where}: expected a mapping")
+            continue
+        if not isinstance(row.get("scenario"), str) or not row["scenario"]:
+            problems.append(f"{where}.scenario: expected the scenario's name as published")
+        for key in PUBLISHED_EVAL_COUNTS:
+            if not _positive_int(row.get(key)):
+                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive integer")
+        for key in PUBLISHED_EVAL_FIGURES:
+            if not _positive_number(row.get(key)):
+                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
     return problems
 
 
-def _architecture_problems(architecture: dict, label: str) -> list[str]:
+def _env_problems(env: dict, label: str) -> list[str]:
+    problems = []
+    for key, value in env.items():
+        if not isinstance(key, str) or not ENV_NAME.match(key):
+            problems.append(f"{label}: {key!r} is not an environment variable name")
+        elif key in SECRET_ENV:
+            problems.append(f"{label}.{key}: secrets never go in a recipe; set {SECRET_ENV[key]} instead")
+        elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            problems.append(f'{label}.{key}={value!r}: expected text (quote it, e.g. "1")')
+        elif input_rules.text(str(value)):
+            problems.append(f"{label}.{key}={value!r}: {input_rules.text(str(value))}: one line of text only")
+    return problems
+
+
+# --- what the memory planner reads ---------------------------------------------------------------------------
+
+
+def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
+    """Every problem with what the memory planner reads, one message each: tensor_parallel_size, the four planned
+    values, the architecture, serve_flags.max-num-batched-tokens and the measured speed, and then, together,
+    max_model_len within the model's context and a KV cache dtype the KV rules size for its attention.
+    serve_flags, env and measured may be absent here (schema_problems() requires the first two)."""
+    if not isinstance(recipe, Mapping):
+        return [f"{label}: the recipe must be a mapping of recipe keys, not {recipe!r}"]
+    problems: list[str] = []
+    need = _checker(recipe, label, problems)
+    get = recipe.get
+    # One Spark, or two linked by ConnectX-7: vLLM's multi-node launch here knows no other size.
+    need(
+        "tensor_parallel_size",
+        _is_int(get("tensor_parallel_size")) and get("tensor_parallel_size") in (1, 2),
+        "1 (one Spark) or 2 (the two Sparks of a pair)",
+    )
+    utilization = get("gpu_memory_utilization")
+    need(
+        "gpu_memory_utilization",
+        _is_number(utilization) and 0 < utilization < 1,
+        "a fraction of the shared memory pool between 0 and 1 (exclusive), e.g. 0.85",
+    )
+    need("max_model_len", _positive_int(get("max_model_len")), "a positive number of tokens")
+    need("max_num_seqs", _positive_int(get("max_num_seqs")), "a positive integer")
+    # The pinned vLLM may offer more (--kv-cache-dtype in the flag list, which flag_problems checks): these are the
+    # ones whose KV cache the planner can size.
+    need(
+        "kv_cache_dtype",
+        isinstance(get("kv_cache_dtype"), str) and get("kv_cache_dtype") in KV_CACHE_DTYPES,
+        f"one of {', '.join(KV_CACHE_DTYPES)} (the KV cache dtypes the memory planner sizes)",
+    )
+    architecture = get("architecture")
+    need("architecture", isinstance(architecture, Mapping), "a mapping of the model's figures (see recipes/README.md)")
+    if isinstance(architecture, Mapping):
+        problems += _architecture_problems(architecture, f"{label}.architecture")
+    problems += _batching_problems(get("serve_flags"), f"{label}.serve_flags")
+    problems += _measured_problems(get("measured"), f"{label}.measured")
+    if problems:
+        return problems
+    return _context_problems(recipe, label) + _kv_layout_problems(recipe, label)
+
+
+def _architecture_problems(architecture: Mapping, label: str) -> list[str]:
     problems = []
     for key in ARCHITECTURE_NUMBERS:
-        if not (_is_number(architecture.get(key)) and architecture[key] > 0):
-            problems.append(f"{label}.{key}={architecture.get(key)!r}: expected a positive number")
+        if not _positive_number(architecture.get(key)):
+            problems.append(_problem(architecture, key, label, "a positive number"))
     for key in ARCHITECTURE_COUNTS:
-        if not (_is_int(architecture.get(key)) and architecture[key] > 0):
-            problems.append(f"{label}.{key}={architecture.get(key)!r}: expected a positive integer")
-    if architecture.get("dtype") not in MODEL_DTYPES:
-        problems.append(f"{label}.dtype={architecture.get('dtype')!r}: expected one of {', '.join(MODEL_DTYPES)}")
+        if not _positive_int(architecture.get(key)):
+            problems.append(_problem(architecture, key, label, "a positive integer"))
+    if architecture.get("dtype") not in MODEL_DTYPE_BYTES:
+        expected = f"the model's torch_dtype, one of {', '.join(MODEL_DTYPE_BYTES)}"
+        problems.append(_problem(architecture, "dtype", label, expected))
     total, active = architecture.get("total_params_b"), architecture.get("active_params_b")
     if _is_number(total) and _is_number(active) and active > total:
-        problems.append(f"{label}.active_params_b={active} is more than total_params_b={total}")
-    return problems + attention_problems(architecture, label)
+        problems.append(
+            f"{label}.active_params_b={active} is more than total_params_b={total}: a model cannot read more "
+            "parameters per token than it has"
+        )
+    return problems + _attention_problems(architecture, label)
 
 
-def _positive_int(value: object) -> bool:
-    return _is_int(value) and value > 0
+def whole_number(value: object) -> object:
+    """A flag value as the number it stands for: text of ASCII digits (YAML's "8192") as an int, else unchanged."""
+    if isinstance(value, str) and WHOLE_NUMBER_TEXT.fullmatch(value.strip()):
+        return int(value)
+    return value
 
 
-def attention_problems(architecture: dict, label: str) -> list[str]:
+def _batching_problems(serve_flags: object, label: str) -> list[str]:
+    """--max-num-batched-tokens, which the planner reads: a sliding-window layer keeps that many tokens in flight."""
+    if not isinstance(serve_flags, Mapping):
+        return []  # schema_problems() requires the mapping; without one, vLLM's default applies
+    tokens = serve_flags.get("max-num-batched-tokens")
+    if tokens is None or _positive_int(whole_number(tokens)):
+        return []
+    return [f"{label}.max-num-batched-tokens={tokens!r}: expected a positive whole number of tokens"]
+
+
+def _measured_problems(measured: object, label: str) -> list[str]:
+    """The optional measured decode speed, which the plan's summary prints beside its bandwidth bound."""
+    if measured is None:
+        return []
+    if not isinstance(measured, Mapping):
+        return [f"{label}={measured!r}: expected a mapping with decode_tok_s and source, or no 'measured' at all"]
+    problems = []
+    if not _positive_number(measured.get("decode_tok_s")):
+        problems.append(_problem(measured, "decode_tok_s", label, "a positive number of tokens/s"))
+    if not isinstance(measured.get("source"), str) or not measured["source"]:
+        problems.append(f"{label}.source is missing: say where the figure was measured or published")
+    return problems
+
+
+def long_context_allowed(recipe: Mapping) -> bool:
+    """Whether the recipe's env lets vLLM accept max_model_len above the model's max_position_embeddings."""
+    env = recipe.get("env")
+    if not isinstance(env, Mapping):
+        return False
+    return str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0")).strip().lower() in ("1", "true")
+
+
+def _context_problems(recipe: Mapping, label: str) -> list[str]:
+    """max_model_len above the model's context, which vLLM refuses unless the recipe's env allows it."""
+    max_model_len, max_context = recipe["max_model_len"], recipe["architecture"]["max_context"]
+    if max_model_len <= max_context or long_context_allowed(recipe):
+        return []
+    return [
+        f"{label}.max_model_len={max_model_len}: above the model's max_context {max_context:,}, which vLLM refuses; "
+        f"set max_model_len to {max_context} or lower (or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in {label}.env when "
+        "the model is known to work beyond it)"
+    ]
+
+
+def resolved_kv_cache_dtype(recipe: Mapping) -> str:
+    """The KV cache dtype vLLM uses for a checked recipe: its kv_cache_dtype, or for "auto" the checkpoint's
+    (architecture.kv_cache_dtype_auto, e.g. a ModelOpt FP8 checkpoint's), else the model's dtype."""
+    if recipe["kv_cache_dtype"] != "auto":
+        return recipe["kv_cache_dtype"]
+    architecture = recipe["architecture"]
+    return architecture.get("kv_cache_dtype_auto") or architecture["dtype"]
+
+
+def _kv_layout_problems(recipe: Mapping, label: str) -> list[str]:
+    """A KV cache dtype the KV rules (module_utils/model_config_figures.py) cannot size for this attention, such as
+    an MLA-only layout on a model without multi-head latent attention."""
+    architecture = recipe["architecture"]
+    kind = architecture.get("attention_kind", "full")
+    try:
+        kv_bytes_per_token_per_layer(
+            kind, architecture["kv_heads"], architecture["head_dim"], resolved_kv_cache_dtype(recipe)
+        )
+    except FiguresError as error:
+        return [f"{label}.kv_cache_dtype={recipe['kv_cache_dtype']!r}: {error}"]
+    return []
+
+
+# --- the attention kinds -------------------------------------------------------------------------------------
+
+
+def _attention_problems(architecture: Mapping, label: str) -> list[str]:
     """The optional attention keys (attention_kind, full/sliding/Mamba layer counts, MLA dimensions,
     kv_cache_dtype_auto): each of the right type, and together consistent with attention_layers, kv_heads and
-    head_dim. The memory planner checks a recipe's architecture with this same function."""
+    head_dim."""
     problems = []
     get = architecture.get
     kind = get("attention_kind", "full")
@@ -236,7 +435,9 @@ def attention_problems(architecture: dict, label: str) -> list[str]:
     return _attention_consistency(architecture, label, kind)
 
 
-def _attention_consistency(architecture: dict, label: str, kind: str) -> list[str]:
+def _attention_consistency(architecture: Mapping, label: str, kind: str) -> list[str]:
+    """The attention keys together: layer counts that add up, a window for sliding layers, a state for Mamba layers,
+    and MLA's one latent vector per token and layer."""
     problems = []
     get = architecture.get
     layers, sliding = get("attention_layers"), get("sliding_window_layers") or 0
@@ -269,43 +470,6 @@ def _attention_consistency(architecture: dict, label: str, kind: str) -> list[st
             )
     elif get("kv_lora_rank") is not None:
         problems.append(f"{label}.kv_lora_rank={get('kv_lora_rank')}: only for attention_kind mla")
-    return problems
-
-
-def _published_eval_problems(published: object, label: str) -> list[str]:
-    """The optional published evaluation (library/vllm_bench compares against it): a source and its rows."""
-    if not isinstance(published, dict) or not isinstance(published.get("rows"), list) or not published["rows"]:
-        return [f"{label}: expected a mapping with 'source' and a non-empty list 'rows', or no 'published_eval'"]
-    problems = []
-    if not isinstance(published.get("source"), str) or not published["source"]:
-        problems.append(f"{label}.source is missing: say where the figures were published")
-    for index, row in enumerate(published["rows"]):
-        where = f"{label}.rows[{index}]"
-        if not isinstance(row, dict):
-            problems.append(f"{where}: expected a mapping")
-            continue
-        if not isinstance(row.get("scenario"), str) or not row["scenario"]:
-            problems.append(f"{where}.scenario: expected the scenario's name as published")
-        for key in PUBLISHED_EVAL_COUNTS:
-            if not (_is_int(row.get(key)) and row[key] > 0):
-                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive integer")
-        for key in PUBLISHED_EVAL_FIGURES:
-            if not (_is_number(row.get(key)) and row[key] > 0):
-                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
-    return problems
-
-
-def _env_problems(env: dict, label: str) -> list[str]:
-    problems = []
-    for key, value in env.items():
-        if not isinstance(key, str) or not ENV_NAME.match(key):
-            problems.append(f"{label}: {key!r} is not an environment variable name")
-        elif key in SECRET_ENV:
-            problems.append(f"{label}.{key}: secrets never go in a recipe; set {SECRET_ENV[key]} instead")
-        elif not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            problems.append(f'{label}.{key}={value!r}: expected text (quote it, e.g. "1")')
-        elif input_rules.text(str(value)):
-            problems.append(f"{label}.{key}={value!r}: {input_rules.text(str(value))}: one line of text only")
     return problems
 
 

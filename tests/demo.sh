@@ -7,6 +7,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# The setup's log goes into .cache/, which a fresh clone does not have yet (the setup itself creates it later).
+mkdir -p "$root/.cache"
 bash tests/run-all.sh setup >"$root/.cache/demo-setup.log" 2>&1 || {
   tail -30 "$root/.cache/demo-setup.log"
   echo "make demo: preparing this machine failed (log: .cache/demo-setup.log)" >&2

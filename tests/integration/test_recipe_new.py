@@ -1,4 +1,4 @@
-"""playbooks/recipe_new.yml, run by the real ansible-playbook against the stand-in Hub on loopback serving the
+"""recipe_new.yml, run by the real ansible-playbook against the stand-in Hub on loopback serving the
 figure fixtures (tests/fixtures/build_figure_models.py): the recipe it writes passes the checks
 tests/unit/test_recipes.py applies to every recipe, carries hf_model_figures' own figures and the planner's
 settings; check mode writes nothing, a second run refuses to overwrite, and a bad repo id is refused before any
@@ -62,7 +62,7 @@ def playbook(extra: dict, check: bool = False) -> subprocess.CompletedProcess:
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), no_proxy="127.0.0.1")
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
         env.pop(name, None)
-    argv = [ansible_tool("ansible-playbook"), "playbooks/recipe_new.yml", "-e", json.dumps(extra)]
+    argv = [ansible_tool("ansible-playbook"), "recipe_new.yml", "-e", json.dumps(extra)]
     if check:
         argv.append("--check")
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -456,7 +456,7 @@ def test_an_mla_only_kv_dtype_on_a_gqa_model_fails(run_module, hub):
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        ({"repo_id": "not-a-repo"}, "must be org/name"),
+        ({"repo_id": "not-a-repo"}, "repo_id='not-a-repo' is not a Hugging Face repo id ORG/NAME"),
         ({"repo_id": "a/b", "endpoint": "ftp://example.invalid"}, "must be an http:// or https:// URL"),
         ({"repo_id": "a/b", "kv_cache_dtype": "half"}, "kv_cache_dtype"),
     ],

@@ -267,7 +267,7 @@ def test_a_disk_too_small_is_refused_before_any_byte_is_downloaded(prefetch, hub
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        ({"repo_id": "not-a-repo"}, "is not a Hub model id"),
+        ({"repo_id": "not-a-repo"}, "repo_id='not-a-repo' is not a Hugging Face repo id ORG/NAME"),
         ({"cache_dir": "relative/path"}, "must be an absolute path"),
         ({"endpoint": "ftp://mirror"}, "is not an http(s) URL"),
         ({"endpoint": "https://user:secret@mirror.example"}, "endpoint carries credentials"),

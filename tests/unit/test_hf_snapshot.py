@@ -31,7 +31,14 @@ def test_paths_follow_huggingface_hub_cache_layout(tmp_path):
 
 @pytest.mark.parametrize(
     ("revision", "expected"),
-    [(COMMIT, True), ("main", False), (COMMIT[:39], False), (COMMIT.upper(), False), ("v1.0", False)],
+    [
+        (COMMIT, True),
+        ("main", False),
+        (COMMIT[:39], False),
+        (COMMIT.upper(), False),
+        ("v1.0", False),
+        (COMMIT + "\n", False),
+    ],
 )
 def test_only_a_full_commit_id_counts_as_pinned(revision, expected):
     assert snap.is_commit(revision) is expected

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 from helpers import ROOT
+from test_vllm_memory_plan import NEMOTRON
 from vllm_flags import load_flag_list
 from vllm_recipe import (
     RecipeError,
     apply_overrides,
     flag_problems,
     load_recipe,
+    plan_problems,
+    read_recipe,
     recipe_names,
     schema_problems,
     serve_args,
@@ -205,7 +209,7 @@ def test_nemotron_carries_the_published_evaluation():
         ({"hf_revision": "main"}, "label.hf_revision='main': expected a pinned commit"),
         ({"gpu_memory_utilization": 85}, "label.gpu_memory_utilization=85: expected a fraction"),
         ({"max_model_len": "128k"}, "label.max_model_len='128k'"),
-        ({"kv_cache_dtype": 8}, "label.kv_cache_dtype=8: expected a KV-cache dtype"),
+        ({"kv_cache_dtype": 8}, "label.kv_cache_dtype=8: expected one of auto, bfloat16"),
         ({"image": "vllm:latest tag"}, "label.image="),
         ({"architecture": {"active_params_b": 9}}, "active_params_b=9 is more than total_params_b=0.75"),
         ({"architecture": {"kv_heads": 0}}, "label.architecture.kv_heads=0: expected a positive integer"),
@@ -226,7 +230,7 @@ def test_nemotron_carries_the_published_evaluation():
         ({"architecture": {"attention_kind": "mla"}}, "attention_kind mla needs kv_lora_rank and qk_rope_head_dim"),
         ({"architecture": {"mamba_layers": 23}}, "label.architecture.mamba_state_bytes_per_sequence is missing"),
         ({"architecture": {"kv_cache_dtype_auto": "nvfp4"}}, "label.architecture.kv_cache_dtype_auto='nvfp4'"),
-        ({"measured": {"decode_tok_s": 20}}, "label.measured: expected decode_tok_s (a number) and source"),
+        ({"measured": {"decode_tok_s": 20}}, "label.measured.source is missing: say where the figure was"),
         ({"published_eval": {"source": "blog", "rows": []}}, "label.published_eval: expected a mapping with"),
         ({"published_eval": {"rows": [GOOD_ROW]}}, "label.published_eval.source is missing"),
         (
@@ -243,6 +247,175 @@ def test_schema_problems_name_the_key_and_the_fix(override, expected):
     problems = schema_problems(apply_overrides(base(), override), "label")
     assert len(problems) == 1, problems
     assert expected in problems[0]
+
+
+# --- what the memory planner reads: plan_problems (the planner checks no recipe value itself) ---------------
+
+LABEL = "vllm_server_models[0]"
+
+# Only the keys the planner reads, as a mapping handed to library/vllm_memory_plan holds them (the planner tests'
+# Nemotron-3-Super fixture).
+PLANNED_ONLY = NEMOTRON
+PLANNED_ARCHITECTURE = PLANNED_ONLY["architecture"]
+
+
+def test_a_mapping_of_only_what_the_planner_reads_passes():
+    assert plan_problems(PLANNED_ONLY, LABEL) == []
+
+
+# Moved from the planner's own checks (tests/unit/test_vllm_memory_plan.py), and the rules where the planner and the
+# recipe schema used to disagree (each marked).
+PLAN_BAD_INPUTS = [
+    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization=0: expected a fraction"),
+    ({"gpu_memory_utilization": 1.2}, "gpu_memory_utilization=1.2: expected a fraction"),
+    ({"gpu_memory_utilization": "0.85"}, "gpu_memory_utilization='0.85': expected a fraction"),
+    ({"max_model_len": 0}, "max_model_len=0: expected a positive number of tokens"),
+    ({"max_model_len": True}, "max_model_len=True: expected a positive number of tokens"),
+    ({"max_model_len": 2097152}, "max_model_len=2097152: above the model's max_context 1,048,576"),
+    ({"max_num_seqs": -1}, "max_num_seqs=-1: expected a positive integer"),
+    ({"max_num_seqs": 2.5}, "max_num_seqs=2.5: expected a positive integer"),
+    ({"max_num_seqs": None}, "max_num_seqs=None: expected a positive integer"),
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size=0: expected 1 (one Spark) or 2"),
+    ({"tensor_parallel_size": 4}, "tensor_parallel_size=4: expected 1 (one Spark) or 2"),  # the planner took any
+    ({"kv_cache_dtype": "fp4"}, "kv_cache_dtype='fp4': expected one of auto, bfloat16"),
+    ({"kv_cache_dtype": "nvfp4"}, "kv_cache_dtype='nvfp4': expected one of auto, bfloat16"),  # vLLM has it
+    ({"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype='fp8_ds_mla': kv_cache_dtype 'fp8_ds_mla' is for multi-head"),
+    ({"architecture": "120B"}, "architecture='120B': expected a mapping"),
+    (
+        {"architecture": {k: v for k, v in PLANNED_ARCHITECTURE.items() if k != "head_dim"}},
+        "architecture.head_dim is missing: expected a positive integer",
+    ),
+    (
+        {"architecture": {**PLANNED_ARCHITECTURE, "weight_bytes": -1}},
+        "architecture.weight_bytes=-1: expected a positive",
+    ),
+    (
+        {"architecture": {**PLANNED_ARCHITECTURE, "weight_bytes": float("inf")}},  # the schema took infinity
+        "architecture.weight_bytes=inf: expected a positive number",
+    ),
+    ({"architecture": {**PLANNED_ARCHITECTURE, "attention_layers": 8.5}}, "architecture.attention_layers=8.5"),
+    ({"architecture": {**PLANNED_ARCHITECTURE, "dtype": "int4"}}, "architecture.dtype='int4': expected the model's"),
+    (
+        {"architecture": {**PLANNED_ARCHITECTURE, "active_params_b": 130.0}},
+        "architecture.active_params_b=130.0 is more than total_params_b=120.0",
+    ),
+    (
+        {
+            "architecture": {
+                **PLANNED_ARCHITECTURE,
+                "attention_kind": "mla",
+                "kv_lora_rank": 512,
+                "qk_rope_head_dim": 64,
+                "kv_heads": 1,
+                "head_dim": 192,
+            }
+        },
+        "architecture: attention_kind mla stores one latent",
+    ),
+    ({"serve_flags": {"max-num-batched-tokens": 0}}, "serve_flags.max-num-batched-tokens=0: expected a positive"),
+    ({"serve_flags": {"max-num-batched-tokens": "8192 tokens"}}, "serve_flags.max-num-batched-tokens='8192 tokens'"),
+    ({"measured": {"decode_tok_s": 0, "source": "x"}}, "measured.decode_tok_s=0: expected a positive number"),
+    ({"measured": {"source": "x"}}, "measured.decode_tok_s is missing"),  # the planner took no figure
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"), PLAN_BAD_INPUTS, ids=[fragment.split(":")[0] for _, fragment in PLAN_BAD_INPUTS]
+)
+def test_plan_problems_name_the_key_and_the_fix(changes, fragment):
+    problems = plan_problems({**PLANNED_ONLY, **changes}, LABEL)
+    assert any(problem.startswith(f"{LABEL}.{fragment}") for problem in problems), problems
+
+
+def test_a_key_the_planner_reads_is_named_when_missing():
+    recipe = {key: value for key, value in PLANNED_ONLY.items() if key != "max_num_seqs"}
+    assert plan_problems(recipe, LABEL) == [f"{LABEL}.max_num_seqs is missing: expected a positive integer"]
+
+
+def test_a_recipe_that_is_not_a_mapping_is_refused_by_plan_problems():
+    assert plan_problems(["not", "a", "recipe"], LABEL) == [
+        f"{LABEL}: the recipe must be a mapping of recipe keys, not ['not', 'a', 'recipe']"
+    ]
+
+
+@pytest.mark.parametrize("tokens", [8192, "8192"])
+def test_max_num_batched_tokens_may_be_written_as_text(tokens):
+    assert plan_problems({**PLANNED_ONLY, "serve_flags": {"max-num-batched-tokens": tokens}}, LABEL) == []
+
+
+@pytest.mark.parametrize("allow", ["1", "true", 1, True])
+def test_long_context_is_allowed_when_the_recipe_env_says_so(allow):
+    recipe = {**PLANNED_ONLY, "max_model_len": 2097152, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": allow}}
+    assert plan_problems(recipe, LABEL) == []
+
+
+def test_long_context_is_refused_without_the_env_and_the_reason_says_how():
+    (problem,) = plan_problems({**PLANNED_ONLY, "max_model_len": 2097152}, LABEL)
+    assert problem.startswith(f"{LABEL}.max_model_len=2097152: above the model's max_context 1,048,576")
+    assert "set max_model_len to 1048576 or lower" in problem
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in problem
+
+
+def test_every_recipe_problem_the_planner_reads_is_also_a_schema_problem():
+    # schema_problems() runs plan_problems(): a whole recipe meets the planner's rules, one message each.
+    bad = apply_overrides(base(), {"tensor_parallel_size": 4, "max_model_len": 10**9})
+    problems = schema_problems(bad, "label")
+    assert problems == plan_problems(bad, "label")
+    assert [problem.split(":")[0] for problem in problems] == ["label.tensor_parallel_size=4"]
+
+
+# --- reading a recipe a module option gives (a name, or a mapping) ------------------------------------------
+
+
+@pytest.fixture
+def recipes_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "recipes"
+    directory.mkdir()
+    for name in ("nemotron-3-super-fixture", "llama-70b-bf16-fixture"):
+        data = {**PLANNED_ONLY, "name": name}
+        (directory / f"{name}.yml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    (directory / "a-list.yml").write_text("- not\n- a mapping\n", encoding="utf-8")
+    (directory / "README.md").write_text("not a recipe\n", encoding="utf-8")
+    return directory
+
+
+def test_a_named_recipe_is_read_from_its_file(recipes_dir):
+    recipe, problems = read_recipe("nemotron-3-super-fixture", str(recipes_dir), LABEL)
+    assert problems == []
+    assert recipe == PLANNED_ONLY
+
+
+def test_a_dict_recipe_needs_no_directory():
+    assert read_recipe(PLANNED_ONLY, None, LABEL) == (PLANNED_ONLY, [])
+
+
+@pytest.mark.parametrize(
+    ("reference", "use_dir", "fragment"),
+    [
+        (
+            "no-such-model",
+            True,
+            "recipe 'no-such-model' was not found: no {dir}/no-such-model.yml (available: a-list, "
+            "llama-70b-bf16-fixture, nemotron-3-super-fixture)",
+        ),
+        ("../recipes/nemotron-3-super-fixture", True, "was not found"),
+        ("a-list", True, "{dir}/a-list.yml does not hold a mapping of recipe keys"),
+        ("nemotron-3-super-fixture", False, "is a name, so recipes_dir must say where the recipe files live"),
+        (42, True, "the recipe must be a recipe name or a mapping of recipe keys, not 42"),
+    ],
+    ids=["not-found-lists-names", "no-paths", "not-a-mapping", "no-recipes-dir", "not-a-name"],
+)
+def test_bad_recipe_references_are_refused(recipes_dir, reference, use_dir, fragment):
+    loaded, problems = read_recipe(reference, str(recipes_dir) if use_dir else None, LABEL)
+    assert loaded is None
+    (problem,) = problems
+    assert problem.startswith(f"{LABEL}: ")
+    assert fragment.format(dir=recipes_dir) in problem
+
+
+def test_a_missing_recipes_dir_is_named(tmp_path):
+    _, problems = read_recipe("x", str(tmp_path / "nowhere"), LABEL)
+    assert problems == [f"{LABEL}: recipes_dir {tmp_path / 'nowhere'} is not a directory, so recipe 'x' cannot be read"]
 
 
 def test_overrides_merge_mappings_and_replace_the_rest():

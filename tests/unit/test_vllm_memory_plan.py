@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,10 @@ from vllm_memory_plan import (
     as_dict,
     build_inputs,
     kv_bytes_per_token,
-    load_recipe,
     plan,
     unplanned_dict,
 )
+from vllm_recipe import load_recipe
 
 # A DGX Spark's MemTotal (127,601,400 kB in /proc/meminfo, about 121.7 GiB).
 SPARK_MEM_TOTAL = 127_601_400 * 1024
@@ -148,8 +149,9 @@ def test_a_70b_dense_full_context_sequence_is_exactly_40_gib():
     ids=["tp1", "tp2-halves", "tp4-quarters", "fewer-heads-than-nodes-replicate"],
 )
 def test_tensor_parallelism_splits_the_kv_heads(kv_heads, tensor_parallel_size, expected):
-    recipe = {**with_architecture(LLAMA_70B_NVFP4, kv_heads=kv_heads), "tensor_parallel_size": tensor_parallel_size}
-    assert kv_bytes_per_token(inputs_of(recipe)) == expected
+    # A recipe runs on one Spark or two (vllm_recipe refuses other sizes); the arithmetic holds for any N.
+    inputs = inputs_of(with_architecture(LLAMA_70B_NVFP4, kv_heads=kv_heads))
+    assert kv_bytes_per_token(replace(inputs, tensor_parallel_size=tensor_parallel_size)) == expected
 
 
 def test_nemotron_at_the_blogs_flags_fits_one_spark():
@@ -351,49 +353,8 @@ def test_suggested_utilization_is_the_smallest_that_holds_one_sequence():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Nonsense input: each problem named, all at once, before any arithmetic
-
-BAD_INPUTS = [
-    ({"gpu_memory_utilization": 0}, "gpu_memory_utilization=0: must be a fraction"),
-    ({"gpu_memory_utilization": 1.2}, "gpu_memory_utilization=1.2: must be a fraction"),
-    ({"gpu_memory_utilization": "0.85"}, "gpu_memory_utilization='0.85': must be a fraction"),
-    ({"max_model_len": 0}, "max_model_len=0: must be a positive whole number"),
-    ({"max_model_len": True}, "max_model_len=True: must be a positive whole number"),
-    ({"max_model_len": 2097152}, "max_model_len=2097152: above the model's max_context 1,048,576"),
-    ({"max_num_seqs": -1}, "max_num_seqs=-1: must be a positive whole number"),
-    ({"max_num_seqs": 2.5}, "max_num_seqs=2.5: must be a positive whole number"),
-    ({"max_num_seqs": None}, "max_num_seqs is missing; it must be a positive whole number"),
-    ({"tensor_parallel_size": 0}, "tensor_parallel_size=0: must be a positive whole number"),
-    ({"kv_cache_dtype": "fp4"}, "kv_cache_dtype='fp4': must be one of auto, bfloat16"),
-    ({"architecture": "120B"}, "architecture: must be a mapping"),
-    (
-        {"architecture": {k: v for k, v in NEMOTRON["architecture"].items() if k != "head_dim"}},
-        "architecture.head_dim is missing",
-    ),
-    (
-        {"architecture": {**NEMOTRON["architecture"], "kv_heads": 0}},
-        "architecture.kv_heads=0: must be a positive whole number",
-    ),
-    (
-        {"architecture": {**NEMOTRON["architecture"], "weight_bytes": -1}},
-        "architecture.weight_bytes=-1: must be a positive",
-    ),
-    ({"architecture": {**NEMOTRON["architecture"], "attention_layers": 8.5}}, "architecture.attention_layers=8.5"),
-    ({"architecture": {**NEMOTRON["architecture"], "dtype": "int4"}}, "architecture.dtype='int4': must be the model's"),
-    (
-        {"architecture": {**NEMOTRON["architecture"], "active_params_b": 130.0}},
-        "architecture.active_params_b=130.0: more than total_params_b=120.0",
-    ),
-    ({"measured": {"decode_tok_s": 0}}, "measured.decode_tok_s=0: must be a positive number"),
-]
-
-
-@pytest.mark.parametrize(
-    ("changes", "fragment"), BAD_INPUTS, ids=[fragment.split(":")[0] for _, fragment in BAD_INPUTS]
-)
-def test_bad_input_is_refused_naming_the_variable(changes, fragment):
-    problems = problems_of({**NEMOTRON, **changes})
-    assert any(problem.startswith(f"{LABEL}.{fragment}") for problem in problems), problems
+# Nonsense input: the recipe's values are vllm_recipe's to check (tests/unit/test_recipes.py, plan_problems); the
+# planner's own settings are its own. Either way, every problem at once, before any arithmetic.
 
 
 @pytest.mark.parametrize(
@@ -420,27 +381,28 @@ def test_every_problem_is_reported_at_once():
         assert any(problem.startswith(f"{LABEL}.{key}") for problem in problems), key
 
 
-def test_a_recipe_that_is_not_a_mapping_is_refused():
-    assert problems_of(["not", "a", "recipe"]) == [
-        f"{LABEL}: the recipe must be a mapping of recipe keys, not ['not', 'a', 'recipe']"
-    ]
+# ---------------------------------------------------------------------------------------------------------------
+# Every recipe of recipes/
 
 
-@pytest.mark.parametrize("allow", ["1", "true", 1, True])
-def test_long_context_is_allowed_when_the_recipe_env_says_so(allow):
-    recipe = {**LLAMA_70B_NVFP4, "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": allow}}
-    assert inputs_of(recipe, {"max_model_len": 262144, "kv_cache_dtype": "fp8"}).max_model_len == 262144
+RECIPES = sorted((ROOT / "recipes").glob("*.yml"))
 
 
-def test_long_context_is_refused_without_the_env_and_the_reason_says_how():
-    (problem,) = problems_of(LLAMA_70B_NVFP4, {"max_model_len": 262144})
-    assert problem.startswith(f"{LABEL}.max_model_len=262144: above the model's max_context 131,072")
-    assert "set max_model_len to 131072 or lower" in problem
-    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in problem
+@pytest.mark.parametrize("path", RECIPES or [None], ids=[path.stem for path in RECIPES] or ["no-recipes-yet"])
+def test_every_recipe_fits_a_spark(path):
+    """Each recipe in recipes/ fits a Spark's MemTotal; those with tensor_parallel_size > 1 fit each node."""
+    if path is None:
+        pytest.skip("recipes/ holds no recipe yet")
+    recipe = load_recipe(path.stem, path.parent)
+    inputs, problems = build_inputs(recipe, memory_total_bytes=SPARK_MEM_TOTAL, name=path.stem)
+    assert problems == []
+    memory_plan = plan(inputs)
+    assert memory_plan.fits, memory_plan.reasons
+    assert memory_plan.max_full_length_seqs >= 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Reading recipes
+# The module, run in-process (tests/unit/conftest.py's run_module)
 
 
 @pytest.fixture
@@ -452,66 +414,6 @@ def recipes_dir(tmp_path: Path) -> Path:
     (directory / "a-list.yml").write_text("- not\n- a mapping\n", encoding="utf-8")
     (directory / "README.md").write_text("not a recipe\n", encoding="utf-8")
     return directory
-
-
-def test_a_named_recipe_is_read_from_its_file(recipes_dir):
-    recipe, problems = load_recipe("nemotron-3-super-fixture", str(recipes_dir), LABEL)
-    assert problems == []
-    assert recipe == NEMOTRON
-
-
-def test_a_dict_recipe_needs_no_directory():
-    assert load_recipe(NEMOTRON, None, LABEL) == (NEMOTRON, [])
-
-
-@pytest.mark.parametrize(
-    ("recipe", "use_dir", "fragment"),
-    [
-        (
-            "no-such-model",
-            True,
-            "recipe 'no-such-model' was not found: no {dir}/no-such-model.yml (available: a-list, "
-            "llama-70b-bf16-fixture, nemotron-3-super-fixture)",
-        ),
-        ("../recipes/nemotron-3-super-fixture", True, "was not found"),
-        ("a-list", True, "{dir}/a-list.yml does not hold a mapping of recipe keys"),
-        ("nemotron-3-super-fixture", False, "is a name, so recipes_dir must say where the recipe files live"),
-        (42, True, "the recipe must be a recipe name or a mapping of recipe keys, not 42"),
-    ],
-    ids=["not-found-lists-names", "no-paths", "not-a-mapping", "no-recipes-dir", "not-a-name"],
-)
-def test_bad_recipe_references_are_refused(recipes_dir, recipe, use_dir, fragment):
-    loaded, problems = load_recipe(recipe, str(recipes_dir) if use_dir else None, LABEL)
-    assert loaded is None
-    (problem,) = problems
-    assert problem.startswith(f"{LABEL}: ")
-    assert fragment.format(dir=recipes_dir) in problem
-
-
-def test_a_missing_recipes_dir_is_named(tmp_path):
-    _, problems = load_recipe("x", str(tmp_path / "nowhere"), LABEL)
-    assert problems == [f"{LABEL}: recipes_dir {tmp_path / 'nowhere'} is not a directory, so recipe 'x' cannot be read"]
-
-
-RECIPES = sorted((ROOT / "recipes").glob("*.yml"))
-
-
-@pytest.mark.parametrize("path", RECIPES or [None], ids=[path.stem for path in RECIPES] or ["no-recipes-yet"])
-def test_every_recipe_fits_a_spark(path):
-    """Each recipe in recipes/ fits a Spark's MemTotal; those with tensor_parallel_size > 1 fit each node."""
-    if path is None:
-        pytest.skip("recipes/ holds no recipe yet")
-    recipe, problems = load_recipe(path.stem, str(path.parent), path.stem)
-    assert problems == []
-    inputs, problems = build_inputs(recipe, memory_total_bytes=SPARK_MEM_TOTAL, name=path.stem)
-    assert problems == []
-    memory_plan = plan(inputs)
-    assert memory_plan.fits, memory_plan.reasons
-    assert memory_plan.max_full_length_seqs >= 1
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The module, run in-process (tests/unit/conftest.py's run_module)
 
 
 def module_args(**args: object) -> dict:
@@ -714,177 +616,6 @@ def test_module_host_plan_of_models_that_fit_together_matches_their_single_plans
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Before a restart: the memory free on the host now
-
-
-def meminfo(total_kb: int, free_kb: int, available_kb: int) -> str:
-    """A /proc/meminfo text in the kernel's format (the lines the check reads, and a few around them)."""
-    return (
-        f"MemTotal:       {total_kb} kB\nMemFree:        {free_kb} kB\nMemAvailable:   {available_kb} kB\n"
-        f"Buffers:           52340 kB\nCached:         {max(0, available_kb - free_kb)} kB\n"
-        "SwapCached:            0 kB\n"
-        "SwapTotal:       16777212 kB\nSwapFree:        16777212 kB\n"
-    )
-
-
-# A Spark (MemTotal 127,601,400 kB) with a vLLM at 0.80 running: 19 GiB available, of which 10 GiB page cache.
-SPARK_BUSY_MEMINFO = meminfo(127_601_400, 9 * 2**20, 19 * 2**20)
-# The same Spark with nothing running.
-SPARK_IDLE_MEMINFO = meminfo(127_601_400, 120_000_000, 123_518_800)
-
-
-def memory_of(text: str) -> dict[str, int]:
-    """What the module reads: the planner's parse_meminfo, and MemFree."""
-    return {**parse_meminfo(text), "mem_free_bytes": planner.mem_free_bytes(text)}
-
-
-def test_a_new_model_that_does_not_find_its_share_free_is_refused():
-    units = [
-        planner.StartUnit("vllm_server_models[0]", "vllm-nemotron.service", 0.80, restart=False, running=True),
-        planner.StartUnit("vllm_server_models[1]", "vllm-qwen.service", 0.40, restart=True, running=False),
-    ]
-    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), units, margin_gib=3.0, use_available=True)
-    assert not check.fits
-    (reason,) = check.reasons
-    for fragment in (
-        "vllm-qwen.service (vllm_server_models[1], gpu_memory_utilization 0.40 = 48.7 GiB of 121.7 GiB)",
-        "19.0 GiB is free now (MemAvailable)",
-        "Nothing was restarted",
-        "lower vllm_server_models[1].gpu_memory_utilization to 0.13 or less",  # (19 - 3) / 121.7
-        "vllm_server_start_margin_gib",
-    ):
-        assert fragment in reason, (fragment, reason)
-
-
-def test_a_restarted_unit_counts_the_share_it_frees_when_it_stops():
-    # Nemotron restarts with a new configuration at its running 0.80: its own 97.3 GiB comes back first.
-    restarted = planner.StartUnit(
-        "vllm_server_models[0]", "vllm-nemotron.service", 0.80, running=True, running_utilization=0.80
-    )
-    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [restarted], margin_gib=3.0, use_available=True)
-    assert check.fits, check.reasons
-    assert check.freed_bytes == pytest.approx(0.80 * 127_601_400 * 1024)
-
-
-@pytest.mark.parametrize(
-    ("running_utilization", "fragment"),
-    [
-        (0.50, "vllm-nemotron.service frees 60.8 GiB when it stops"),  # it frees its running share, not the new one
-        (None, "no last good record (counted as freeing nothing)"),
-    ],
-    ids=["raising-its-share", "unknown-running-share"],
-)
-def test_a_restarted_unit_frees_only_the_share_it_runs_with(running_utilization, fragment):
-    restarted = planner.StartUnit(
-        "vllm_server_models[0]", "vllm-nemotron.service", 0.80, running=True, running_utilization=running_utilization
-    )
-    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [restarted], margin_gib=3.0, use_available=True)
-    assert not check.fits
-    assert fragment in check.reasons[0]
-
-
-def test_without_dropping_the_page_cache_only_mem_free_counts():
-    # 12.2 GiB (0.10) + 3 GiB margin: within MemAvailable (19 GiB), not within MemFree (9 GiB), which is what vLLM
-    # sees when the page cache stays (vllm#48140).
-    unit = planner.StartUnit("vllm_server_models[0]", "vllm-small.service", 0.10)
-    memory = memory_of(SPARK_BUSY_MEMINFO)
-    assert planner.start_check(memory, [unit], margin_gib=3.0, use_available=True).fits
-    check = planner.start_check(memory, [unit], margin_gib=3.0, use_available=False)
-    assert not check.fits and "MemFree" in check.reasons[0]
-
-
-def test_each_restart_in_turn_must_fit_not_only_the_sum():
-    # [0] grows from 0.30 to 0.50 and restarts first, while [1] (0.40 -> 0.20) still holds its share.
-    units = [
-        planner.StartUnit("vllm_server_models[0]", "vllm-a.service", 0.50, running=True, running_utilization=0.30),
-        planner.StartUnit("vllm_server_models[1]", "vllm-b.service", 0.20, running=True, running_utilization=0.40),
-    ]
-    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), units, margin_gib=3.0, use_available=True)
-    assert not check.fits
-    assert check.reasons[0].startswith("not enough free memory to (re)start vllm-a.service (vllm_server_models[0]")
-    assert len(check.steps) == 2
-
-
-def test_units_that_do_not_restart_need_nothing():
-    unit = planner.StartUnit("vllm_server_models[0]", "vllm-nemotron.service", 0.80, restart=False, running=True)
-    check = planner.start_check(memory_of(SPARK_BUSY_MEMINFO), [unit], margin_gib=3.0, use_available=True)
-    assert check.fits and check.steps == ()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('{"serve_args": ["m", "--gpu-memory-utilization", "0.8", "--max-model-len", "4096"]}', 0.8),
-        ('{"serve_args": ["m", "--gpu-memory-utilization=0.45"]}', 0.45),
-        ('{"serve_args": ["m"]}', None),
-        ('{"serve_args": ["m", "--gpu-memory-utilization", "lots"]}', None),
-        ("not json", None),
-    ],
-    ids=["flag-and-value", "flag=value", "absent", "not-a-number", "not-json"],
-)
-def test_running_utilization_is_read_from_the_last_good_serve_args(text, expected):
-    assert planner.running_utilization(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("drop_caches", "check_mode", "restart", "expected"),
-    [(True, False, True, True), (True, True, True, False), (False, False, True, False), (True, False, False, False)],
-    ids=["drops", "check-mode", "not-asked", "nothing-restarts"],
-)
-def test_the_page_cache_is_dropped_only_for_real_restarts(drop_caches, check_mode, restart, expected):
-    units = [planner.StartUnit("vllm_server_models[0]", "vllm-a.service", 0.4, restart=restart)]
-    assert planner.should_drop_caches(drop_caches, check_mode, units) is expected
-
-
-@pytest.fixture
-def host_files(tmp_path: Path):
-    """A recorded /proc/meminfo and a stand-in drop_caches knob, for the module to read and write."""
-
-    def make(text: str) -> dict[str, str]:
-        (tmp_path / "meminfo").write_text(text, encoding="ascii")
-        (tmp_path / "drop_caches").write_text("", encoding="ascii")
-        return {"meminfo_path": str(tmp_path / "meminfo"), "drop_caches_path": str(tmp_path / "drop_caches")}
-
-    return make
-
-
-def test_start_module_in_check_mode_does_not_drop_the_page_cache(run_module, host_files):
-    paths = host_files(SPARK_IDLE_MEMINFO)
-    args = {"units": [{"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}], **paths}
-    checked = run_module("vllm_start_memory", args, check_mode=True)
-    assert not checked.get("failed"), checked.get("msg")
-    assert checked["caches_dropped"] is False and checked["fits"] is True and checked["changed"] is False
-    assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == ""
-    applied = run_module("vllm_start_memory", args)
-    assert applied["caches_dropped"] is True and applied["changed"] is False
-    assert Path(paths["drop_caches_path"]).read_text(encoding="ascii") == "3\n"
-
-
-def test_start_module_refuses_short_memory_and_counts_a_restarted_units_last_good_share(
-    run_module, host_files, tmp_path
-):
-    paths = host_files(SPARK_BUSY_MEMINFO)
-    last_good = tmp_path / "nemotron.last-good"
-    last_good.with_suffix(".last-good.json").write_text(
-        json.dumps({"serve_args": ["m", "--gpu-memory-utilization", "0.8"]}), encoding="utf-8"
-    )
-    nemotron = {"unit": "vllm-nemotron.service", "gpu_memory_utilization": 0.8, "last_good": str(last_good)}
-    qwen = {"unit": "vllm-qwen.service", "gpu_memory_utilization": 0.4}
-    running = ["vllm-nemotron.service"]
-    refused = run_module(
-        "vllm_start_memory",
-        {"units": [{**nemotron, "restart": False}, qwen], "running": running, **paths},
-        check_mode=True,
-    )
-    assert refused["failed"] is True and refused["fits"] is False
-    assert "vllm-qwen.service (vllm_server_models[1]" in refused["msg"]
-    assert "vllm_server_models[1].gpu_memory_utilization" in refused["msg"]
-    accepted = run_module("vllm_start_memory", {"units": [nemotron], "running": running, **paths}, check_mode=True)
-    assert not accepted.get("failed"), accepted.get("msg")
-    assert accepted["freed_gib"] == pytest.approx(0.8 * 121.69, abs=0.05)
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Attention kinds: the planner sizes the KV cache with module_utils/model_config_figures' rules, the very functions
 # library/hf_model_figures measures with, so the two cannot disagree.
 
@@ -1012,26 +743,6 @@ def test_a_shorter_context_suggested_for_a_sliding_model_fits():
     (reason,) = memory_plan.reasons
     shorter = int(re.search(r"max_model_len to (\d+) or lower", reason).group(1))
     assert plan(inputs_of(GPT_OSS_120B, {"gpu_memory_utilization": 0.53, "max_model_len": shorter})).fits
-
-
-@pytest.mark.parametrize(
-    ("recipe", "overrides", "fragment"),
-    [
-        (GPT_OSS_120B, {"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype='fp8_ds_mla': kv_cache_dtype 'fp8_ds_mla' is"),
-        (
-            with_architecture(GPT_OSS_120B, sliding_window=None),
-            {},
-            "architecture.sliding_window is missing: 18 sliding_window_layers need the window",
-        ),
-        (with_architecture(DEEPSEEK_V2_LITE, head_dim=192), {}, "architecture: attention_kind mla stores one latent"),
-        (with_architecture(NEMOTRON, kv_cache_dtype_auto="nvfp4"), {}, "architecture.kv_cache_dtype_auto='nvfp4'"),
-        ({**GPT_OSS_120B, "serve_flags": {"max-num-batched-tokens": 0}}, {}, "serve_flags.max-num-batched-tokens=0"),
-    ],
-    ids=["mla-dtype-on-gqa", "no-window", "mla-head-dim", "auto-nvfp4", "batched-tokens"],
-)
-def test_bad_attention_figures_are_refused_naming_the_key(recipe, overrides, fragment):
-    problems = problems_of(recipe, overrides)
-    assert any(problem.startswith(f"{LABEL}.{fragment}") for problem in problems), problems
 
 
 # The module's fixture repos (tests/fixtures/build_figure_models.py): dense, MoE, hybrid Mamba-2, sliding window,

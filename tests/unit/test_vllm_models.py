@@ -129,6 +129,17 @@ def test_every_recipe_problem_is_named_with_its_entry(run_module):
     assert "vllm_server_models[1] (recipe qwen3-0.6b).max_model_len='x'" in result["msg"]
 
 
+def test_a_value_the_planner_reads_is_checked_with_the_recipe_before_any_plan(run_module):
+    # One validator: vllm_recipe refuses what the planner could not plan, naming the entry and its recipe.
+    result = resolve(run_module, [{"recipe": "qwen3-0.6b", "port": 8000, "max_model_len": 65536}])
+    assert result["failed"]
+    (problem,) = result["problems"]
+    assert problem.startswith(
+        "vllm_server_models[0] (recipe qwen3-0.6b).max_model_len=65536: above the model's max_context 40,960"
+    )
+    assert "memory" not in result
+
+
 def test_models_that_together_could_freeze_the_spark_are_refused_with_shares_that_fit(run_module):
     models = [
         {"recipe": "nemotron-3-super-120b-a12b-nvfp4", "port": 8000},

@@ -120,7 +120,7 @@ def test_a_rolling_update_moves_every_host_while_the_router_answers_every_reques
     old, new = moved_tag
     with Load(ROUTER_URL, API_KEY, "qwen3-0.6b") as load:
         time.sleep(2)
-        done = run_site("-e", "vllm_image_update=true", playbook="playbooks/update.yml")
+        done = run_site("-e", "vllm_image_update=true", playbook="update.yml")
         time.sleep(2)
     assert done.returncode == 0, said(done)[-3000:]
     assert f"moved from {old} to {new}" in said(done)
