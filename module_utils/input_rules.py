@@ -53,6 +53,10 @@ HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 # commit names one snapshot forever.
 HF_COMMIT = re.compile(r"[0-9a-f]{40}")
 
+# A revision to resolve: a commit, or a branch or tag name (letters, digits, '.', '_', '/' and '-', starting with a
+# letter or digit, without ".." and not ending in '.' or '/', as git refuses those).
+HF_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
 # Prometheus's duration format (model.ParseDuration): units from ms to y, largest first.
 DURATION = re.compile(r"^(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?$")
 
@@ -215,6 +219,18 @@ def hf_commit(value: object) -> str | None:
     return None
 
 
+def hf_revision(value: object) -> str | None:
+    """A revision of a Hugging Face repository to resolve: a commit (hf_commit), or a branch or tag name (main)."""
+    if isinstance(value, str) and (
+        HF_COMMIT.fullmatch(value)
+        or (HF_REF.fullmatch(value) and ".." not in value and not value.endswith((".", "/")))
+    ):
+        return None
+    if isinstance(value, str) and control_character(value):
+        return control_character(value)
+    return "is not a revision: a 40-hex commit (lowercase), or a branch or tag name such as main"
+
+
 def duration(value: object) -> str | None:
     """A Prometheus duration: 30s, 5m, 1h30m, 15d."""
     if not isinstance(value, str) or not value or not DURATION.match(value):
@@ -257,6 +273,7 @@ KINDS = {
     "served_name": served_name,
     "hf_repo": hf_repo,
     "hf_commit": hf_commit,
+    "hf_revision": hf_revision,
     "duration": duration,
     "url": url,
     "key_url": lambda value: url(value, allow_file=True),

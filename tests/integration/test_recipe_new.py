@@ -77,7 +77,7 @@ def test_a_bad_repo_id_is_refused_before_any_request(hub, recipes_dir):
     before = log.read_text(encoding="utf-8")
     done = playbook({"hf_repo": "no-org-here", "hf_endpoint": url, "recipes_dir": str(recipes_dir)})
     assert done.returncode != 0
-    assert 'hf_repo="no-org-here" must be a Hugging Face repo id ORG/NAME' in said(done)
+    assert "hf_repo='no-org-here' is not a Hugging Face repo id ORG/NAME" in said(done)
     assert log.read_text(encoding="utf-8") == before  # the stand-in logs every request it gets
     assert list(recipes_dir.glob("*.yml")) == []
 

@@ -33,6 +33,7 @@ GOOD = {
     "served_name": ["qwen3-0.6b", "openai/gpt-oss-20b", "Nemotron_3.Super-120B"],
     "hf_repo": ["Qwen/Qwen3-0.6B", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "sparkfleet-test/qwen3.5-moe-vl"],
     "hf_commit": ["c1899de289a04d12100db370d81485cdf75e47ca", "0" * 40],
+    "hf_revision": ["c1899de289a04d12100db370d81485cdf75e47ca", "main", "v1.0", "refs/pr/1"],
     "duration": ["30s", "5m", "1h30m", "15d", "500ms", "4w"],
     "url": ["https://huggingface.co", "https://mirror.lab.example:8443/hf", "http://127.0.0.1:8480", "http://[::1]:80"],
     "key_url": ["https://nvidia.github.io/libnvidia-container/gpgkey", "file:///srv/keys/nvidia.gpg"],
@@ -97,6 +98,14 @@ BAD = {
         ("c1899de289a04d12100db370d81485cdf75e47c", "40 lowercase hex digits"),
         ("c1899de289a04d12100db370d81485cdf75e47ca\n", "40 lowercase hex digits"),
         (None, "is not a pinned commit"),
+    ],
+    "hf_revision": [
+        ("", "is not a revision"),
+        ("main..x", "is not a revision"),
+        ("main/", "is not a revision"),
+        ("-main", "is not a revision"),
+        ("main\n", "control character"),
+        (None, "is not a revision"),
     ],
     "duration": [("5 minutes", "not a Prometheus duration"), ("", "not a Prometheus duration")],
     "url": [
