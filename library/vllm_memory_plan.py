@@ -278,7 +278,7 @@ kv_cache_dtype:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_gpu_info import MEMINFO, read_meminfo
+from ansible.module_utils.spark_gpu import MEMINFO, read_meminfo
 from ansible.module_utils.vllm_memory_plan import (
     DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
     OVERRIDABLE,

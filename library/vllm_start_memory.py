@@ -168,7 +168,7 @@ steps:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_gpu_info import parse_meminfo
+from ansible.module_utils.spark_gpu import parse_meminfo
 from ansible.module_utils.vllm_start_check import (
     GIB,
     StartUnit,

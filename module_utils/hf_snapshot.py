@@ -346,6 +346,25 @@ def marker_holds(marker: dict | None, manifest_files: list[dict] | None, level: 
     return not missing_files(cache_dir, marker)
 
 
+def with_patterns(manifest: dict, params: dict) -> dict:
+    """The manifest with the patterns that chose its files: a marker counts only for the same choice."""
+    return dict(
+        manifest, allow_patterns=list(params["allow_patterns"]), ignore_patterns=list(params["ignore_patterns"])
+    )
+
+
+def same_patterns(marker: dict, params: dict) -> bool:
+    return marker.get("allow_patterns") == list(params["allow_patterns"]) and marker.get("ignore_patterns") == list(
+        params["ignore_patterns"]
+    )
+
+
+def strip(manifest: dict) -> dict:
+    """The manifest alone, without a marker's bookkeeping."""
+    keys = ("repo_id", "commit", "files", "bytes", "allow_patterns", "ignore_patterns")
+    return {key: manifest[key] for key in keys if key in manifest}
+
+
 def remove_files(cache_dir: str, manifest: dict, paths: Iterable[str]) -> None:
     """Drop the snapshot link of each path and the file it leads to (and the blob of the expected name), so the
     next download or copy brings it afresh."""

@@ -222,8 +222,7 @@ def hf_commit(value: object) -> str | None:
 def hf_revision(value: object) -> str | None:
     """A revision of a Hugging Face repository to resolve: a commit (hf_commit), or a branch or tag name (main)."""
     if isinstance(value, str) and (
-        HF_COMMIT.fullmatch(value)
-        or (HF_REF.fullmatch(value) and ".." not in value and not value.endswith((".", "/")))
+        HF_COMMIT.fullmatch(value) or (HF_REF.fullmatch(value) and ".." not in value and not value.endswith((".", "/")))
     ):
         return None
     if isinstance(value, str) and control_character(value):

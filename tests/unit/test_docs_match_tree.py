@@ -126,7 +126,7 @@ LIBRARY_MODULES = sorted(path.stem for path in (ROOT / "library").glob("*.py"))
 def test_the_layout_check_reads_the_page():
     named, _ = layout_names()
     assert ROOT / "site.yml" in named
-    assert ROOT / "library" / "spark_gpu.py" in named
+    assert ROOT / "library" / "spark_gpu_info.py" in named
     assert ROOT / "module_utils" / "vllm_recipe.py" in named
     assert ROOT / "bench" / "converge-time.sh" in named
 
@@ -157,7 +157,7 @@ def documented_modules() -> list[str]:
 
 
 def test_the_module_check_reads_the_page():
-    assert "spark_gpu" in documented_modules()
+    assert "spark_gpu_info" in documented_modules()
 
 
 @pytest.mark.parametrize("module", LIBRARY_MODULES)

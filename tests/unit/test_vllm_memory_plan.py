@@ -11,7 +11,7 @@ import pytest
 import vllm_memory_plan as planner
 import yaml
 from helpers import ROOT
-from spark_gpu_info import parse_meminfo
+from spark_gpu import parse_meminfo
 from vllm_memory_plan import (
     GIB,
     PlanInputs,

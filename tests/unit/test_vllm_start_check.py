@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import vllm_start_check as start
-from spark_gpu_info import parse_meminfo
+from spark_gpu import parse_meminfo
 
 
 def meminfo(total_kb: int, free_kb: int, available_kb: int) -> str:
@@ -28,7 +28,7 @@ SPARK_IDLE_MEMINFO = meminfo(127_601_400, 120_000_000, 123_518_800)
 
 
 def memory_of(text: str) -> dict[str, int]:
-    """What the module reads: MemTotal and MemAvailable (spark_gpu_info's parse_meminfo), and MemFree."""
+    """What the module reads: MemTotal and MemAvailable (module_utils/spark_gpu.py's parse_meminfo), and MemFree."""
     return {**parse_meminfo(text), "mem_free_bytes": start.mem_free_bytes(text)}
 
 

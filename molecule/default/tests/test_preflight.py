@@ -12,8 +12,8 @@ from playbook_runs import changed_per_host, run_site, said
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 
 
-def test_spark_gpu_reports_the_gb10(host):
-    result = host.ansible("spark_gpu", check=False)
+def test_spark_gpu_info_reports_the_gb10(host):
+    result = host.ansible("spark_gpu_info", check=False)
     assert "msg" not in result, result["msg"]
     assert result["gpu_count"] == 1
     gpu = result["gpus"][0]
@@ -24,17 +24,17 @@ def test_spark_gpu_reports_the_gb10(host):
     assert gpu["memory_total_mib"] is None
 
 
-def test_spark_gpu_reports_the_hosts_unified_memory(host):
-    result = host.ansible("spark_gpu", check=False)
+def test_spark_gpu_info_reports_the_hosts_unified_memory(host):
+    result = host.ansible("spark_gpu_info", check=False)
     meminfo_kib = int(host.check_output("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
     assert result["memory"]["mem_total_bytes"] == meminfo_kib * 1024
     assert 0 < result["memory"]["mem_available_bytes"] <= result["memory"]["mem_total_bytes"]
 
 
-def test_spark_gpu_refuses_another_compute_capability(host):
+def test_spark_gpu_info_refuses_another_compute_capability(host):
     # ansible-core 2.19's --tree output, which testinfra reads, drops the "failed" key, so testinfra does not
-    # raise; a spark_gpu result carries "msg" only when it failed.
-    message = host.ansible("spark_gpu", "required_compute_capability=9.0", check=False)["msg"]
+    # raise; a spark_gpu_info result carries "msg" only when it failed.
+    message = host.ansible("spark_gpu_info", "required_compute_capability=9.0", check=False)["msg"]
     assert "has compute capability 12.1" in message
     assert "expected compute capability 9.0 (sm_90)" in message
 

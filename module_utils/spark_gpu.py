@@ -1,4 +1,5 @@
-"""Plain functions behind the spark_gpu module: query nvidia-smi, parse what it prints, judge the result.
+"""Plain functions behind library/'s GPU module (this file's name plus _info): query nvidia-smi, parse what it
+prints, judge the result.
 
 Nothing here imports Ansible, so pytest calls these functions directly on recorded outputs of real machines.
 """
@@ -133,8 +134,8 @@ MEMINFO = "/proc/meminfo"
 
 
 def read_meminfo(path: str = MEMINFO) -> dict[str, int]:
-    """The host's unified-memory figures (parse_meminfo) read from /proc/meminfo: the one reader of spark_gpu and
-    vllm_memory_plan. OSError or ValueError when it cannot be read."""
+    """The host's unified-memory figures (parse_meminfo) read from /proc/meminfo: the one reader of
+    library/'s GPU module and of vllm_memory_plan. OSError or ValueError when it cannot be read."""
     with open(path, encoding="ascii") as handle:
         return parse_meminfo(handle.read())
 

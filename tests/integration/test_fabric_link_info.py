@@ -1,7 +1,7 @@
-"""The fabric_link module and the spark_fabric role that uses it: two real veth links between two network
+"""The fabric_link_info module and the spark_fabric role that uses it: two real veth links between two network
 namespaces of this machine stand in for the two halves of the ConnectX-7 port cabled between two Sparks (the
 kernel reports 10000 Mb/s for veth). The module runs inside a namespace, so through real Ansible started with
-`ip netns exec`; its functions are tested in-process in tests/unit/test_fabric_link_info.py."""
+`ip netns exec`; its functions are tested in-process in tests/unit/test_fabric_link.py."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def cable():
 
 
 def run_in(namespace: str, args: str, check: bool = False) -> dict:
-    """fabric_link through real Ansible inside a namespace (`ip netns exec` also remounts /sys for it)."""
+    """fabric_link_info through real Ansible inside a namespace (`ip netns exec` also remounts /sys for it)."""
     argv = ["ip", "netns", "exec", namespace, ansible_tool("ansible"), "localhost", "-i", "localhost,", "-c", "local"]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-m", "fabric_link", "-a", args]
+    argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-m", "fabric_link_info", "-a", args]
     if check:
         argv.append("--check")
     env = {**JSON_OUTPUT, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}

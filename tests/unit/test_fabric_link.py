@@ -1,11 +1,11 @@
-"""module_utils/fabric_link_info.py: reading a link from /sys/class/net and `ip -j`, and judging it. The module
-itself, on real veth links between network namespaces, is tested in tests/integration/test_fabric_link.py."""
+"""module_utils/fabric_link.py: reading a link from /sys/class/net and `ip -j`, and judging it. The module
+itself, on real veth links between network namespaces, is tested in tests/integration/test_fabric_link_info.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fabric_link_info import (
+from fabric_link import (
     ipv4_addresses,
     ipv4_prefixes,
     link_problems,

@@ -1,4 +1,5 @@
-"""Plain functions behind the disk_space module: free space on the file system that holds (or will hold) a path.
+"""Plain functions behind library/'s free-space module (this file's name plus _info): free space on the file
+system that holds (or will hold) a path.
 
 Ansible's mount facts leave out overlay and tmpfs mounts (their device is not a path), and the paths that
 sparkfleet will fill may not exist yet, so the module asks the kernel (statvfs) about the nearest existing

@@ -1,9 +1,9 @@
-"""Free-space measurement for paths that may not exist yet (what the disk_space module reports)."""
+"""Free-space measurement for paths that may not exist yet (what the disk_space_info module reports)."""
 
 import os
 
 import pytest
-from disk_space_info import GIB, free_space, nearest_existing, shortfall
+from disk_space import GIB, free_space, nearest_existing, shortfall
 
 
 def test_nearest_existing_walks_up_to_a_parent(tmp_path):

@@ -1,7 +1,7 @@
 """Parsing and judging nvidia-smi's answers, on outputs recorded from real machines."""
 
 import pytest
-from spark_gpu_info import (
+from spark_gpu import (
     QUERY_FIELDS,
     GpuQueryError,
     describe_capability,
