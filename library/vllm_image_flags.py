@@ -86,8 +86,8 @@ from pathlib import Path
 
 from ansible.module_utils.atomic_file import write_text_atomically
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.recipe_rules import flag_problems
 from ansible.module_utils.vllm_flags import parse_serve_help
-from ansible.module_utils.vllm_recipe import flag_problems
 
 
 def cache_file(cache_dir: str, image_id: str) -> Path:

@@ -18,7 +18,7 @@ description:
     O(max_gpu_memory_utilization) or leaves less than O(os_reserve_min_gib), and for nonsense input (every problem
     at once). O(i_accept_freeze_risk) turns the memory refusals (not the nonsense ones) into a warning.
   - The recipe, with the overrides laid over it, is checked by the recipe rules for the keys the planner reads
-    (C(plan_problems) in module_utils/vllm_recipe.py, the same rules a recipe file meets), not by rules of its own.
+    (C(plan_problems) in module_utils/recipe_rules.py, the same rules a recipe file meets), not by rules of its own.
   - With O(tensor_parallel_size) N in the recipe each of N Sparks holds 1/N of the weights and of the KV heads;
     every figure is per node.
   - With O(models), plans every model of the host in one call. C(--gpu-memory-utilization) is per vLLM instance,
@@ -278,8 +278,7 @@ kv_cache_dtype:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_gpu import MEMINFO, read_meminfo
-from ansible.module_utils.vllm_memory_plan import (
+from ansible.module_utils.memory_plan import (
     DEFAULT_MAX_GPU_MEMORY_UTILIZATION,
     OVERRIDABLE,
     as_dict,
@@ -288,7 +287,8 @@ from ansible.module_utils.vllm_memory_plan import (
     plan,
     unplanned_dict,
 )
-from ansible.module_utils.vllm_recipe import read_recipe
+from ansible.module_utils.recipe_rules import read_recipe
+from ansible.module_utils.spark_gpu import MEMINFO, read_meminfo
 
 
 def read_mem_total(module: AnsibleModule) -> int:

@@ -157,9 +157,9 @@ memory:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_flags import load_flag_list
-from ansible.module_utils.vllm_memory_plan import host_plan
-from ansible.module_utils.vllm_models import (
+from ansible.module_utils.memory_plan import host_plan
+from ansible.module_utils.recipe_rules import checked_recipe, container_env, serve_args
+from ansible.module_utils.served_models import (
     cache_dirs,
     duplicate_unit_problems,
     hf_cache_dir,
@@ -167,7 +167,7 @@ from ansible.module_utils.vllm_models import (
     resolve_model,
     snapshots,
 )
-from ansible.module_utils.vllm_recipe import checked_recipe, container_env, serve_args
+from ansible.module_utils.vllm_flags import load_flag_list
 
 # Keys of a vllm_server_models entry that are not recipe overrides.
 ENTRY_KEYS = ("recipe", "port")

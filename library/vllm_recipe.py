@@ -81,8 +81,8 @@ problems:
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.recipe_rules import checked_recipe, container_env, serve_args
 from ansible.module_utils.vllm_flags import load_flag_list
-from ansible.module_utils.vllm_recipe import checked_recipe, container_env, serve_args
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ description:
     (its files changed, O(written)), restarts because its pair partner does (O(partner_reconfigured)), is started
     (it does not run), or is left alone; with the reason, in words, and whether systemd must reload its files
     first.
-  - The rules are in C(module_utils/vllm_units.py), one function each, tested there.
+  - The rules are in C(module_utils/unit_restarts.py), one function each, tested there.
   - Called once the unit files are written, and on a Spark of a pair once more when its partner has said what it
     restarts (O(partner_reconfigured)), after the memory check, so a partner whose start was refused never restarts
     this side.
@@ -85,7 +85,7 @@ volatile_keys:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.vllm_units import (
+from ansible.module_utils.unit_restarts import (
     SHOWN_PROPERTIES,
     VOLATILE_KEYS,
     endpoints,

@@ -1,6 +1,6 @@
 """What an inventory value may be, for every value that reaches a file or a command line (a systemd unit, a config
 file, a container's arguments). Each rule here is the only definition of its kind; library/input_check.py applies
-them in preflight, module_utils/vllm_recipe.py to the recipes' values, the Hugging Face modules (hf_prefetch,
+them in preflight, module_utils/recipe_rules.py to the recipes' values, the Hugging Face modules (hf_prefetch,
 hf_model_figures, module_utils/hf_snapshot.py) to repo ids and commits, and the templates' quoting helpers
 (filter_plugins/quoting.py) are the second line behind them.
 

@@ -1,7 +1,7 @@
 """A model's architecture figures from its config.json, and the KV-cache rules vLLM 0.33 sizes its cache by.
 
 library/hf_model_figures.py reads config.json and the safetensors headers of a Hub commit and calls these functions;
-module_utils/vllm_memory_plan.py can import the very same KV rules. Standard library only; no Ansible.
+module_utils/memory_plan.py can import the very same KV rules. Standard library only; no Ansible.
 
 Where each rule comes from (vLLM 0.33.0; paths under vllm/):
 

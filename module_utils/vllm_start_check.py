@@ -14,7 +14,7 @@ configuration it runs: that of its last good configuration (the role's <unit>.la
 configuration passed the health gate), never the share of the new one, which may be larger; a running unit with
 no last good configuration is counted as freeing nothing. What all of them free is at most what is in use now.
 
-The shares themselves come from the memory plan (module_utils/vllm_memory_plan.py, in preflight); this file only
+The shares themselves come from the memory plan (module_utils/memory_plan.py, in preflight); this file only
 compares them with the memory of the moment. Standard library only.
 """
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible.module_utils.vllm_memory_plan import GIB, gib_text, hundredths
+from ansible.module_utils.memory_plan import GIB, gib_text, hundredths
 
 UTILIZATION_FLAG = "--gpu-memory-utilization"
 

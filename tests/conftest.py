@@ -22,7 +22,7 @@ for folder in (TESTS, TESTS.parent / "module_utils"):
         sys.path.insert(0, str(folder))
 
 # module_utils/ also as part of ansible.module_utils, as Ansible's module loader makes it for a module it runs: a
-# module_utils file that imports another (`from ansible.module_utils.vllm_recipe import ...`) then works here too.
+# module_utils file that imports another (`from ansible.module_utils.recipe_rules import ...`) then works here too.
 import ansible.module_utils  # noqa: E402 -- after sys.path is set
 
 if str(TESTS.parent / "module_utils") not in ansible.module_utils.__path__:

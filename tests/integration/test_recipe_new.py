@@ -18,9 +18,9 @@ from types import ModuleType
 
 import pytest
 from helpers import ROOT, ansible_tool, hf_standin
+from memory_plan import build_inputs, plan
+from recipe_rules import checked_recipe, flag_problems, load_recipe, schema_problems
 from vllm_flags import load_flag_list
-from vllm_memory_plan import build_inputs, plan
-from vllm_recipe import checked_recipe, flag_problems, load_recipe, schema_problems
 
 REPO = "sparkfleet-test/qwen3-moe"
 NAME = "qwen3-moe"

@@ -127,7 +127,7 @@ def test_the_layout_check_reads_the_page():
     named, _ = layout_names()
     assert ROOT / "site.yml" in named
     assert ROOT / "library" / "spark_gpu_info.py" in named
-    assert ROOT / "module_utils" / "vllm_recipe.py" in named
+    assert ROOT / "module_utils" / "recipe_rules.py" in named
     assert ROOT / "bench" / "converge-time.sh" in named
 
 

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import ROOT
-from test_vllm_memory_plan import NEMOTRON
-from vllm_flags import load_flag_list
-from vllm_recipe import (
+from recipe_rules import (
     RecipeError,
     apply_overrides,
     flag_problems,
@@ -23,6 +21,8 @@ from vllm_recipe import (
     schema_problems,
     serve_args,
 )
+from test_vllm_memory_plan import NEMOTRON
+from vllm_flags import load_flag_list
 
 RECIPES_DIR = ROOT / "recipes"
 FLAGS_FILE = RECIPES_DIR / "vllm-serve-flags.txt"

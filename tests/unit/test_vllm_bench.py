@@ -31,7 +31,7 @@ from openai_bench import (
     run_scenario,
     sweep_levels,
 )
-from vllm_recipe import load_recipe
+from recipe_rules import load_recipe
 
 KEY = "bench-key"
 MODEL = "bench-model"

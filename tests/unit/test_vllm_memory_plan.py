@@ -7,12 +7,11 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import memory_plan as planner
 import pytest
-import vllm_memory_plan as planner
 import yaml
 from helpers import ROOT
-from spark_gpu import parse_meminfo
-from vllm_memory_plan import (
+from memory_plan import (
     GIB,
     PlanInputs,
     as_dict,
@@ -21,7 +20,8 @@ from vllm_memory_plan import (
     plan,
     unplanned_dict,
 )
-from vllm_recipe import load_recipe
+from recipe_rules import load_recipe
+from spark_gpu import parse_meminfo
 
 # A DGX Spark's MemTotal (127,601,400 kB in /proc/meminfo, about 121.7 GiB).
 SPARK_MEM_TOTAL = 127_601_400 * 1024
@@ -798,7 +798,7 @@ def planned_from(architecture: dict, **recipe: object) -> PlanInputs:
 def test_the_planner_and_the_module_agree(measured, repo_id, kv_cache_dtype):
     from model_config_figures import attention_layout, full_attention_tokens_per_sequence
     from model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
-    from vllm_recipe import schema_problems
+    from recipe_rules import schema_problems
 
     result, config = measured[repo_id, kv_cache_dtype]
     assert not result.get("failed"), result.get("msg")

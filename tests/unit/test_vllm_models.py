@@ -1,4 +1,4 @@
-"""library/vllm_models.py and module_utils/vllm_models.py: every model of a host resolved once, in preflight, into
+"""library/vllm_models.py and module_utils/served_models.py: every model of a host resolved once, in preflight, into
 what the roles read (fact vllm_server_resolved): names, paths, URLs, the command line and the host's memory plan."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 from helpers import ROOT
+from recipe_rules import container_env, serve_args
+from served_models import endpoint_url, is_loopback, unit_slug, url_host
 from vllm_flags import load_flag_list
-from vllm_models import endpoint_url, is_loopback, unit_slug, url_host
-from vllm_recipe import container_env, serve_args
 
 RECIPES_DIR = ROOT / "recipes"
 SPARK_MEM_TOTAL = 127_601_400 * 1024

@@ -1,4 +1,4 @@
-"""module_utils/vllm_units.py and library/vllm_units.py: which vLLM units (re)start, why, with whom and on which
+"""module_utils/unit_restarts.py and library/vllm_units.py: which vLLM units (re)start, why, with whom and on which
 image. One test per restart rule: nothing changed, flags changed, image changed, a pair's head changed (its worker
 restarts with it), a worker changed (its head restarts with it), a unit that failed, a unit that is missing.
 
@@ -12,7 +12,7 @@ import json
 import pytest
 from ansible.module_utils import basic
 from helpers import ROOT
-from vllm_units import (
+from unit_restarts import (
     VOLATILE_KEYS,
     endpoints,
     parse_show,

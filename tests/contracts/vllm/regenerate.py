@@ -177,7 +177,7 @@ def main() -> int:
 
 FLAG_LIST_NOTE = """#
 # Every flag of every recipe and inventory override is checked against this list in preflight
-# (module_utils/vllm_recipe.py), and again on the Spark against the pinned image's own `vllm serve --help=all`
+# (module_utils/recipe_rules.py), and again on the Spark against the pinned image's own `vllm serve --help=all`
 # (library/vllm_image_flags.py). Format (module_utils/vllm_flags.py): --NAME KIND [ALIAS ...] [off=--NEGATIVE]
 # [choices=A,B,...]; KIND: value, many (one or more values), json (a JSON value or --NAME.key VALUE), bool (no
 # value; off= turns it off), switch (no value, no off form), optional (the value may be omitted).

@@ -18,7 +18,7 @@ fit:
 
 The flow is build_inputs() (recipe + overrides -> PlanInputs, or the list of what is wrong with them), then
 plan() -> MemoryPlan, then as_dict() for the module's return values. What a recipe may hold is decided by
-module_utils/vllm_recipe.py alone: build_inputs() plans only a recipe its plan_problems() passes, and checks
+module_utils/recipe_rules.py alone: build_inputs() plans only a recipe its plan_problems() passes, and checks
 nothing but the planner's own settings (settings_problems()).
 
 The models of one host are planned together: each vLLM instance takes its own --gpu-memory-utilization share of
@@ -26,7 +26,7 @@ the one pool, so the sum must stay within max_gpu_memory_utilization and leave o
 (shared_pool_reasons(), host_plan()). Whether those shares are free on the host right before a restart is
 module_utils/vllm_start_check.py's question.
 
-Standard library only, besides module_utils/model_config_figures.py (the KV rules) and module_utils/vllm_recipe.py
+Standard library only, besides module_utils/model_config_figures.py (the KV rules) and module_utils/recipe_rules.py
 (the recipe rules).
 """
 
@@ -46,7 +46,7 @@ from ansible.module_utils.model_config_figures import (
 )
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
-from ansible.module_utils.vllm_recipe import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
+from ansible.module_utils.recipe_rules import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
 
 GIB = 2**30
 
@@ -182,7 +182,7 @@ def build_inputs(
     bandwidth_gb_s: object = 273.0,
 ) -> tuple[PlanInputs | None, list[str]]:
     """The inputs of the plan: `recipe` with each override that is not None laid over it, checked by
-    vllm_recipe.plan_problems() (the planner has no input rules of its own), and the planner's settings checked by
+    recipe_rules.plan_problems() (the planner has no input rules of its own), and the planner's settings checked by
     settings_problems(). Returns (inputs, []) or (None, every problem found, each naming `name`)."""
     if isinstance(recipe, Mapping):
         given = {key: value for key, value in (overrides or {}).items() if value is not None}

@@ -4,7 +4,7 @@ A recipe is data (recipes/<name>.yml, schema in recipes/README.md). Everything t
 found here, on the controller, before a host is touched: a key of the wrong type, a flag the pinned vLLM
 does not have (a typo would otherwise fail only after a 15-minute weight load), a secret in the wrong place, a
 value the memory planner cannot plan. This is the one recipe validator: the memory planner
-(module_utils/vllm_memory_plan.py) plans only what plan_problems() passes and has no input rules of its own.
+(module_utils/memory_plan.py) plans only what plan_problems() passes and has no input rules of its own.
 Problems are returned as a list of messages that name the inventory variable (``label``) and the fix.
 """
 
@@ -135,7 +135,7 @@ def apply_overrides(recipe: dict, overrides: dict) -> dict:
 
 # --- the schema ----------------------------------------------------------------------------------------------
 # The one definition of what a recipe may hold. schema_problems() checks a whole recipe; plan_problems() checks the
-# part the memory planner reads, and is the only check the planner asks for (module_utils/vllm_memory_plan.py plans
+# part the memory planner reads, and is the only check the planner asks for (module_utils/memory_plan.py plans
 # nothing it refuses), so a mapping handed to library/vllm_memory_plan meets the very rules of a recipe file.
 
 
