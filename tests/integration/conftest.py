@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT, STANDIN_NVIDIA_SMI, ansible_tool
+from helpers.playbook_runs import PlaybookRuns
 
 
 @pytest.fixture
@@ -37,17 +38,20 @@ def run_ansible_module():
     return run
 
 
-@pytest.fixture
-def nvidia_smi_env(tmp_path: Path):
+@pytest.fixture(scope="module")
+def nvidia_smi_env(tmp_path_factory):
     """Environment for an Ansible process whose PATH finds the stand-in nvidia-smi; call it with a recorded
-    profile's name, or with None for a host that has no nvidia-smi at all."""
+    profile's name, or with None for a host that has no nvidia-smi at all. Module-scoped, so that the runs a module
+    starts at once (`playbook_runs`) can use it."""
+    folder = tmp_path_factory.mktemp("nvidia-smi")
 
     def make(profile: str | None) -> dict[str, str]:
         env = dict(os.environ)
-        bin_dir = tmp_path / "bin"
+        bin_dir = folder / ("standin" if profile is not None else "none")
         bin_dir.mkdir(exist_ok=True)
         if profile is not None:
-            (bin_dir / "nvidia-smi").symlink_to(STANDIN_NVIDIA_SMI)
+            if not (bin_dir / "nvidia-smi").exists():
+                (bin_dir / "nvidia-smi").symlink_to(STANDIN_NVIDIA_SMI)
             env["NVIDIA_SMI_STANDIN_PROFILE"] = profile
         # Only the stand-in directory and the system's own; a real nvidia-smi elsewhere must not leak in.
         env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
@@ -56,3 +60,12 @@ def nvidia_smi_env(tmp_path: Path):
         return env
 
     return make
+
+
+@pytest.fixture(scope="module")
+def playbook_runs(tmp_path_factory):
+    """A test module's ansible-playbook runs, started side by side and read by each test that needs one
+    (tests/helpers/playbook_runs.py); whatever is still running when the module ends is stopped."""
+    runs = PlaybookRuns(tmp_path_factory.mktemp("runs"))
+    yield runs
+    runs.stop()

@@ -1,23 +1,31 @@
-"""Bad input, table-driven: each row is one hostile or careless inventory value, given to the real preflight play
-(playbooks/preflight.yml, against this machine with the stand-in nvidia-smi, no converge). The run must stop,
-and its message must name the variable and say what is wrong with the value (a secret's value never shown).
+"""Bad input, table-driven: each row is one hostile or careless inventory value, given to the real preflight checks
+(against this machine with the stand-in nvidia-smi, no converge). The host must stop, and its own failure message
+must name the variable and say what is wrong with the value (a secret's value never shown).
 
-Rows caught by the same check share one ansible-playbook run (column `run`): a check lists every bad value it
-finds at once, so each row of a run is still asserted on its own, and the table costs one run per check instead
-of one per row. Rows of one run must set different variables and be caught by one task; a row caught earlier or
-later than its run's other rows fails the test, which then names it.
+How the table runs: each `host` of the table is a synthetic inventory host (this machine over the local
+connection) whose host variables are FITS with the values of its rows laid over, and nearly all of them go in one
+ansible-playbook run, where Ansible's forks run them side by side. That run plays playbooks/preflight.yml with
+`any_errors_fatal` dropped and nothing else changed (written afresh from the real file by each test session), so
+that one host's failure stops no other: each host runs the real checks up to the one that catches its values. The
+ansible.posix.json callback reports each host's results apart, and each row is asserted on its own host's failure
+messages alone. The few hosts that cannot share that run (RUNS says why) have runs of their own, going beside
+it; a run of one host plays preflight.yml itself.
+
+Rows of one host are caught by the same check (a check lists every bad value it finds), so the table costs one
+host per check instead of one per row: they must set different variables and be caught by one task; a row caught
+earlier or later than its host's other rows fails the test, which then names it.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from functools import cache
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, STANDIN_NVIDIA_SMI, ansible_tool
+import yaml
+from helpers import ROOT, ansible_tool
+from helpers.playbook_runs import failures_by_host, json_report
 from test_preflight_role import FITS, said
 
 DIGEST = "sha256:" + "1" * 64
@@ -27,7 +35,8 @@ LOCKS = {
     "entry-of-the-wrong-shape": "images:\n  vllm/vllm-openai:cu130-nightly: sha256:abc\n",
 }
 
-# (run, variables, what the message must say). Each run's variables are merged; every row's text must appear.
+# (host, variables, what its failure message must say). A host's variables are its rows' merged; the failure
+# message of that host must hold the text of each of its rows.
 TABLE = [
     # spark_preflight, before any probe
     ("gpu", {"spark_preflight_required_compute_capability": "sm_121"}, 'must look like "12.1" (got "sm_121")'),
@@ -125,7 +134,7 @@ TABLE = [
     ),
     ("weights-values", {"model_weights_venv": "/opt/hf venv"}, "model_weights_venv='/opt/hf venv' contains a"),
     ("weights-values-2", {"model_weights_share_hosts_allow": "*"}, "model_weights_share_hosts_allow='*' allows every"),
-    # fleet_router (this machine is also the router: see INVENTORIES)
+    # fleet_router (these hosts are also routers: see GROUPS)
     (
         "router-values",
         {"fleet_router_listen_address": "0.0.0.0\nExecStartPre=/bin/touch /pwned"},
@@ -133,7 +142,7 @@ TABLE = [
     ),
     ("router-values", {"fleet_router_venv": "/opt/router venv"}, "fleet_router_venv='/opt/router venv' contains a"),
     ("router-values", {"fleet_router_internal_port": 70000}, "fleet_router_internal_port=70000 is not a port"),
-    # fleet_monitoring (this machine is also the monitoring host)
+    # fleet_monitoring (these hosts are also monitoring hosts: see GROUPS)
     (
         "monitoring-values",
         {"fleet_monitoring_prometheus_retention": "30d --web.enable-admin-api"},
@@ -156,24 +165,57 @@ TABLE = [
     ),
 ]
 
-# This machine in the groups a run needs besides `sparks`, by the run's name: the router's and the monitoring's
-# preflight plays run only on hosts of their group.
-INVENTORIES = {"router-": ["router"], "monitoring-": ["monitoring"]}
+
+# The groups a host is in besides `sparks`, by the start of its name: the router's and the monitoring's preflight
+# plays run only on hosts of their group.
+GROUPS = {"router-": ["router"], "monitoring-": ["monitoring"]}
+
+# The run a host is in, by the start of its name; every other host is in run "table". Ansible ends a playbook
+# after a play whose hosts all failed: the router's play, where each of its hosts is meant to fail, would end the
+# run before the monitoring play, whose hosts therefore run apart. The fan-out check compares model_weights_origin
+# across the hosts of the play: this host's would fail all others, so it runs alone.
+RUNS = {"monitoring-": "monitoring", "weights-fan-out": "weights-fan-out"}
+
+PREFLIGHT = ROOT / "playbooks" / "preflight.yml"
+HIDDEN_SECRETS = ("sk-sparkfleet-hidden", "hf_hidden")
 
 
-def overrides_of(run: str, tmp_path: Path) -> dict:
-    """The extra variables of one run: FITS, every row's variables, each model entry of the `recipes` runs laid
-    over a qwen3-0.6b entry of its own port, and lock files written from LOCKS."""
-    merged: dict = dict(FITS)
+@dataclass(frozen=True)
+class Outcome:
+    """What the run of one synthetic host said about it."""
+
+    failures: list[str]  # the host's own failure messages (failures_by_host)
+    output: str  # everything its run printed, all its hosts', for the secrets and for reports
+
+
+def hosts_of_the_table() -> list[str]:
+    return list(dict.fromkeys(host for host, _, _ in TABLE))
+
+
+def runs_of_the_table() -> dict[str, list[str]]:
+    """The hosts of each run (see RUNS)."""
+    runs: dict[str, list[str]] = {}
+    for host in hosts_of_the_table():
+        run = next((name for start, name in RUNS.items() if host.startswith(start)), "table")
+        runs.setdefault(run, []).append(host)
+    return runs
+
+
+def host_vars_of(host: str, folder: Path) -> dict:
+    """One synthetic host's variables: this machine over the local connection, FITS, every one of its rows'
+    variables, each model entry (the `recipes` and `units` hosts') laid over a qwen3-0.6b entry of its own port,
+    and lock files written to FOLDER from LOCKS."""
+    merged: dict = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    merged.update(FITS)
     entries: dict[int, dict] = {}
-    for row_run, variables, _ in TABLE:
-        if row_run != run:
+    for row_host, variables, _ in TABLE:
+        if row_host != host:
             continue
         for key, value in variables.items():
             if isinstance(key, int):
                 entries[key] = value
             elif key == "vllm_image_lock_file":
-                lock = tmp_path / f"{value}.lock.yml"
+                lock = folder / f"{host}.{value}.lock.yml"
                 lock.write_text(LOCKS[value])
                 merged[key] = str(lock)
             else:
@@ -187,65 +229,89 @@ def overrides_of(run: str, tmp_path: Path) -> dict:
     return merged
 
 
-def inventory_with(tmp_path: Path, groups: list[str]) -> Path:
-    """The default inventory's one host (this machine, over the local connection), also in GROUPS."""
-    host = {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}}
-    inventory = {"all": {"children": {name: {"hosts": host} for name in ["sparks", *groups]}}}
-    path = tmp_path / f"inventory-{'-'.join(groups)}.yml"
-    path.write_text(json.dumps(inventory))
+def inventory_of(hosts: list[str], path: Path) -> Path:
+    """An inventory at PATH of HOSTS, all in `sparks` with their variables, some also in the groups of GROUPS."""
+    groups: dict[str, dict] = {"sparks": {"hosts": {}}}
+    for host in hosts:
+        groups["sparks"]["hosts"][host] = host_vars_of(host, path.parent)
+        for group in next((names for start, names in GROUPS.items() if host.startswith(start)), []):
+            groups.setdefault(group, {"hosts": {}})["hosts"][host] = None
+    path.write_text(json.dumps({"all": {"children": groups}}))
     return path
 
 
-@cache
-def run_once(run: str, tmp: str) -> subprocess.CompletedProcess:
-    tmp_path = Path(tmp)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    if not (bin_dir / "nvidia-smi").exists():
-        (bin_dir / "nvidia-smi").symlink_to(STANDIN_NVIDIA_SMI)
-    env = dict(os.environ, NVIDIA_SMI_STANDIN_PROFILE="gb10", ANSIBLE_FORCE_COLOR="0")
-    env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(ansible_tool("ansible")).parent), "/usr/bin", "/bin"])
-    env["ANSIBLE_CONFIG"] = str(ROOT / "ansible.cfg")
-    argv = [ansible_tool("ansible-playbook"), "playbooks/preflight.yml", "-e", json.dumps(overrides_of(run, tmp_path))]
-    groups = next((groups for prefix, groups in INVENTORIES.items() if run.startswith(prefix)), [])
-    if groups:
-        argv += ["-i", str(inventory_with(tmp_path, groups))]
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+def preflight_for_every_host(folder: Path) -> Path:
+    """playbooks/preflight.yml with `any_errors_fatal` dropped from each play, and nothing else changed, written to
+    FOLDER: one host's failure then stops that host alone."""
+    plays = yaml.safe_load(PREFLIGHT.read_text(encoding="utf-8"))
+    for play in plays:
+        play.pop("any_errors_fatal", None)
+    path = folder / "preflight-every-host-to-its-own-failure.yml"
+    path.write_text(yaml.safe_dump(plays, sort_keys=False, width=120), encoding="utf-8")
+    return path
 
 
 @pytest.fixture(scope="module")
-def module_tmp(tmp_path_factory) -> str:
-    return str(tmp_path_factory.mktemp("bad-input"))
+def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
+    """This module's runs, handed over at once, the longest first: the table's (a run of one host plays
+    preflight.yml itself) and site.yml's."""
+    folder = tmp_path_factory.mktemp("bad-input")
+    reported = dict(nvidia_smi_env("gb10"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    every_host_to_its_own_failure = preflight_for_every_host(folder)
+    for run, hosts in runs_of_the_table().items():
+        inventory = inventory_of(hosts, folder / f"inventory-{run}.yml")
+        playbook = PREFLIGHT if len(hosts) == 1 else every_host_to_its_own_failure
+        playbook_runs.start(run, [ansible_tool("ansible-playbook"), "-i", str(inventory), str(playbook)], reported)
+    site = [ansible_tool("ansible-playbook"), "site.yml", "-e", json.dumps({**FITS, "vllm_server_image": "a b"})]
+    playbook_runs.start("site.yml", site, nvidia_smi_env("gb10"))
+    return playbook_runs
 
 
-def test_the_table_is_large_and_each_run_is_named_once():
+@pytest.fixture(scope="module")
+def outcomes(runs) -> dict[str, Outcome]:
+    """Every host of the table's outcome, by its name."""
+    outcomes = {}
+    for run, hosts in runs_of_the_table().items():
+        done = runs.result(run)
+        failures = failures_by_host(json_report(done))
+        outcomes.update({host: Outcome(failures.get(host, []), done.stdout + done.stderr) for host in hosts})
+    return outcomes
+
+
+def test_the_table_is_large_and_each_host_sets_a_variable_once():
     assert len(TABLE) >= 40
-    runs = {run for run, _, _ in TABLE}
-    for run in runs:
-        keys = [key for row_run, variables, _ in TABLE if row_run == run for key in variables]
-        assert len(keys) == len(set(keys)), f"run {run} sets one variable twice: split it"
+    for host in hosts_of_the_table():
+        keys = [key for row_host, variables, _ in TABLE if row_host == host for key in variables]
+        assert len(keys) == len(set(keys)), f"host {host} sets one variable twice: split it"
+
+
+def test_the_table_plays_preflight_yml_with_only_any_errors_fatal_dropped(tmp_path):
+    plays = yaml.safe_load(PREFLIGHT.read_text(encoding="utf-8"))
+    without = [{key: value for key, value in play.items() if key != "any_errors_fatal"} for play in plays]
+    assert yaml.safe_load(preflight_for_every_host(tmp_path).read_text(encoding="utf-8")) == without
 
 
 @pytest.mark.parametrize(
-    ("run", "variables", "said_text"),
+    ("host", "variables", "said_text"),
     TABLE,
-    ids=[f"{run}:{next(iter(variables))}" for run, variables, _ in TABLE],
+    ids=[f"{host}:{next(iter(variables))}" for host, variables, _ in TABLE],
 )
-def test_bad_input_stops_preflight_naming_the_variable(module_tmp, run, variables, said_text):
-    done = run_once(run, module_tmp)
-    out = said(done)
-    assert done.returncode != 0, f"preflight passed with {variables}:\n{done.stdout[-3000:]}"
-    # said() joins the folded lines: compare without the line breaks and indentation of the YAML callback.
-    assert " ".join(said_text.split()) in out, f"{said_text!r} not in the output of run {run}:\n{done.stdout[-4000:]}"
-    for secret in ("sk-sparkfleet-hidden", "hf_hidden"):
-        assert secret not in done.stdout + done.stderr
+def test_bad_input_stops_preflight_naming_the_variable(outcomes, host, variables, said_text):
+    outcome = outcomes[host]
+    assert outcome.failures, f"host {host} passed preflight with {variables}:\n{outcome.output[-3000:]}"
+    # failures_by_host folds line breaks and indentation: so does the expected text.
+    wanted = " ".join(said_text.split())
+    assert any(wanted in message for message in outcome.failures), (
+        f"{said_text!r} not in the failure messages of host {host}: {outcome.failures}"
+    )
+    for secret in HIDDEN_SECRETS:
+        assert secret not in outcome.output
 
 
-def test_bad_input_in_site_yml_changes_nothing_on_the_host(nvidia_smi_env):
+def test_bad_input_in_site_yml_changes_nothing_on_the_host(runs):
     # The whole site.yml with one bad value of a late role: the preflight play stops it before any play that
     # changes a host starts, and no task reports a change.
-    argv = [ansible_tool("ansible-playbook"), "site.yml", "-e", json.dumps({**FITS, "vllm_server_image": "a b"})]
-    done = subprocess.run(argv, cwd=ROOT, env=nvidia_smi_env("gb10"), capture_output=True, text=True, timeout=300)
+    done = runs.result("site.yml")
     out = said(done)
     assert done.returncode != 0
     assert "vllm_server_image='a b' contains a space" in out

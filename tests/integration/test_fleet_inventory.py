@@ -1,7 +1,12 @@
 """inventories/fleet-example/: it parses, its variables exist and land where its comments say, and the preflight
 play refuses a broken fleet (a pair of three, mismatched ends, a two-Spark model on a single Spark) before any
 host changes, naming the host and the variable. Runs the real preflight play with every host on this machine
-(local connection) and the stand-in nvidia-smi."""
+(local connection) and the stand-in nvidia-smi.
+
+How it runs: every preflight run of this module (each case is the example, or a broken copy of it, whose host
+names the messages must name) goes side by side with the others once the first test needs one (`runs`), and each
+test reads its own.
+"""
 
 from __future__ import annotations
 
@@ -32,10 +37,84 @@ def inventory(*argv: str, path: Path = EXAMPLE) -> dict:
     return json.loads(done.stdout)
 
 
-def preflight(env: dict[str, str], path: Path, *extra: str, **overrides) -> subprocess.CompletedProcess:
+def preflight_argv(path: Path, *extra: str, **overrides) -> list[str]:
     variables = {**ALL_LOCAL, "ansible_python_interpreter": sys.executable, **overrides}
     argv = [ansible_tool("ansible-playbook"), "-i", str(path), "playbooks/preflight.yml", "-e", json.dumps(variables)]
-    return subprocess.run([*argv, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return [*argv, *extra]
+
+
+def copy_of_the_example(folder: Path, name: str) -> Path:
+    copy = folder / name
+    shutil.copytree(EXAMPLE, copy)
+    return copy
+
+
+def with_a_pair_of_three(copy: Path) -> Path:
+    """COPY of the example with spark-4 in pair_a."""
+    hosts = yaml.safe_load((copy / "hosts.yml").read_text(encoding="utf-8"))
+    hosts["all"]["children"]["sparks"]["children"]["spark_pairs"]["children"]["pair_a"]["hosts"]["spark-4"] = None
+    (copy / "hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
+    return copy
+
+
+def with_host_vars(copy: Path, host: str, text: str) -> Path:
+    """COPY of the example with TEXT as HOST's host_vars."""
+    (copy / "host_vars").mkdir()
+    (copy / "host_vars" / f"{host}.yml").write_text(text, encoding="utf-8")
+    return copy
+
+
+TWO_SPARK_QWEN = [{"recipe": "qwen3-0.6b", "port": 8000, "tensor_parallel_size": 2}]
+
+# A pair without both halves of its port, by test id: (the pair's variables, what the refusal must say).
+HALVES = {
+    "one-half": (
+        {"spark_fabric_interfaces": ["enp1s0f1np1"]},
+        "spark-2 (pair pair_a): spark_fabric_interfaces must name the two halves of the cabled ConnectX-7 port, "
+        "the first carrying the rendezvous (got ['enp1s0f1np1']).",
+    ),
+    "one-half-twice": (
+        {"spark_fabric_interfaces": ["enp1s0f1np1", "enp1s0f1np1"]},
+        "set spark_fabric_interfaces: [enp1s0f1np1, enP2p1s0f1np1] (`ibdev2netdev` lists the names) and give the "
+        "second half an address too, in a subnet of its own, on both Sparks",
+    ),
+    "old-variable": (
+        {"spark_fabric_interface": "enp1s0f1np1"},
+        "spark-2: spark_fabric_interface and spark_fabric_address (one interface) are replaced by the lists "
+        "spark_fabric_interfaces and spark_fabric_addresses",
+    ),
+    "addresses-short": (
+        {"spark_fabric_addresses": ["192.168.100.10"]},
+        "spark_fabric_addresses must be empty or hold one distinct IPv4 address per interface of "
+        "spark_fabric_interfaces, in the same order (got ['192.168.100.10'] for ['enp1s0f1np1', 'enP2p1s0f1np1'])",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
+    """Every preflight run of this module, handed over at once (those of the whole fleet, the longest, first), by
+    the name its test reads."""
+    env = nvidia_smi_env("gb10")
+    copies = tmp_path_factory.mktemp("fleet")
+    cases = {
+        "pair-of-three": preflight_argv(with_a_pair_of_three(copy_of_the_example(copies, "pair-of-three"))),
+        "the-example": preflight_argv(EXAMPLE),
+        "ends-with-different-ports": preflight_argv(
+            with_host_vars(copy_of_the_example(copies, "ports"), "spark-3", "spark_fabric_master_port: 29502\n")
+        ),
+        "different-mtus": preflight_argv(
+            with_host_vars(copy_of_the_example(copies, "mtus"), "spark-3", "spark_fabric_mtu: 1500\n")
+        ),
+        "two-spark-model-on-a-single-spark": preflight_argv(
+            EXAMPLE, "--limit", "spark-1", vllm_server_models=TWO_SPARK_QWEN
+        ),
+    }
+    for case, (fabric, _) in HALVES.items():
+        cases[f"pair-with-{case}"] = preflight_argv(EXAMPLE, "--limit", "pair_a", **fabric)
+    for name, argv in cases.items():
+        playbook_runs.start(name, argv, env)
+    return playbook_runs
 
 
 def test_the_example_has_a_single_spark_a_pair_a_router_and_a_monitoring_host():
@@ -69,9 +148,8 @@ def test_the_example_sets_only_variables_that_a_role_documents():
             assert name in documented or name.startswith("ansible_"), f"{path.relative_to(ROOT)}: {name} is no role's"
 
 
-def test_a_two_spark_model_on_a_single_spark_is_refused(nvidia_smi_env):
-    two_spark_qwen = [{"recipe": "qwen3-0.6b", "port": 8000, "tensor_parallel_size": 2}]
-    done = preflight(nvidia_smi_env("gb10"), EXAMPLE, "--limit", "spark-1", vllm_server_models=two_spark_qwen)
+def test_a_two_spark_model_on_a_single_spark_is_refused(runs):
+    done = runs.result("two-spark-model-on-a-single-spark")
     assert done.returncode != 0
     assert (
         "spark-1: vllm_server_models[0] (qwen3-0.6b) has tensor_parallel_size 2, so it runs on two Sparks linked by "
@@ -79,9 +157,9 @@ def test_a_two_spark_model_on_a_single_spark_is_refused(nvidia_smi_env):
     )
 
 
-def test_the_pairs_link_is_checked_on_each_spark(nvidia_smi_env):
+def test_the_pairs_link_is_checked_on_each_spark(runs):
     # This machine has no ConnectX-7 port: both Sparks of the pair say so, by interface name.
-    done = preflight(nvidia_smi_env("gb10"), EXAMPLE)
+    done = runs.result("the-example")
     assert done.returncode != 0
     for host in ("spark-2", "spark-3"):
         assert (
@@ -92,18 +170,8 @@ def test_the_pairs_link_is_checked_on_each_spark(nvidia_smi_env):
     assert "changed=0" in said(done) and "changed=1" not in said(done)
 
 
-@pytest.fixture
-def broken_copy(tmp_path: Path) -> Path:
-    copy = tmp_path / "fleet"
-    shutil.copytree(EXAMPLE, copy)
-    return copy
-
-
-def test_a_pair_of_three_is_refused_by_name(nvidia_smi_env, broken_copy):
-    hosts = yaml.safe_load((broken_copy / "hosts.yml").read_text(encoding="utf-8"))
-    hosts["all"]["children"]["sparks"]["children"]["spark_pairs"]["children"]["pair_a"]["hosts"]["spark-4"] = None
-    (broken_copy / "hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
-    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+def test_a_pair_of_three_is_refused_by_name(runs):
+    done = runs.result("pair-of-three")
     assert done.returncode != 0
     assert (
         'spark_fabric_pair_group is "pair_a", which must name an inventory group of exactly two Sparks, this one '
@@ -111,10 +179,8 @@ def test_a_pair_of_three_is_refused_by_name(nvidia_smi_env, broken_copy):
     )
 
 
-def test_ends_of_one_cable_with_different_ports_are_refused(nvidia_smi_env, broken_copy):
-    (broken_copy / "host_vars").mkdir()
-    (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_master_port: 29502\n", encoding="utf-8")
-    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+def test_ends_of_one_cable_with_different_ports_are_refused(runs):
+    done = runs.result("ends-with-different-ports")
     assert done.returncode != 0
     assert (
         "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group and spark_fabric_master_port"
@@ -123,44 +189,18 @@ def test_ends_of_one_cable_with_different_ports_are_refused(nvidia_smi_env, brok
     assert "port 29501 / 29502" in said(done)
 
 
-def test_different_recommended_mtus_are_no_refusal(nvidia_smi_env, broken_copy):
+def test_different_recommended_mtus_are_no_refusal(runs):
     # spark_fabric_mtu only decides when to advise jumbo frames; the MTUs the halves really have are compared once
-    # read (tests/integration/test_fabric_link.py). Here the pair goes on to the link check, which finds no port.
-    (broken_copy / "host_vars").mkdir()
-    (broken_copy / "host_vars" / "spark-3.yml").write_text("spark_fabric_mtu: 1500\n", encoding="utf-8")
-    done = preflight(nvidia_smi_env("gb10"), broken_copy)
+    # read (tests/integration/test_fabric_link_info.py). Here the pair goes on to the link check, which finds no port.
+    done = runs.result("different-mtus")
     assert "must have the same" not in said(done)
     assert "spark-3: the ConnectX-7 link of pair pair_a" in said(done)
 
 
-@pytest.mark.parametrize(
-    ("fabric", "message"),
-    [
-        (
-            {"spark_fabric_interfaces": ["enp1s0f1np1"]},
-            "spark-2 (pair pair_a): spark_fabric_interfaces must name the two halves of the cabled ConnectX-7 port, "
-            "the first carrying the rendezvous (got ['enp1s0f1np1']).",
-        ),
-        (
-            {"spark_fabric_interfaces": ["enp1s0f1np1", "enp1s0f1np1"]},
-            "set spark_fabric_interfaces: [enp1s0f1np1, enP2p1s0f1np1] (`ibdev2netdev` lists the names) and give the "
-            "second half an address too, in a subnet of its own, on both Sparks",
-        ),
-        (
-            {"spark_fabric_interface": "enp1s0f1np1"},
-            "spark-2: spark_fabric_interface and spark_fabric_address (one interface) are replaced by the lists "
-            "spark_fabric_interfaces and spark_fabric_addresses",
-        ),
-        (
-            {"spark_fabric_addresses": ["192.168.100.10"]},
-            "spark_fabric_addresses must be empty or hold one distinct IPv4 address per interface of "
-            "spark_fabric_interfaces, in the same order (got ['192.168.100.10'] for ['enp1s0f1np1', 'enP2p1s0f1np1'])",
-        ),
-    ],
-    ids=["one-half", "one-half-twice", "old-variable", "addresses-short"],
-)
-def test_a_pair_without_both_halves_is_refused_before_the_link_is_read(nvidia_smi_env, fabric, message):
-    done = preflight(nvidia_smi_env("gb10"), EXAMPLE, "--limit", "pair_a", **fabric)
+@pytest.mark.parametrize("case", list(HALVES))
+def test_a_pair_without_both_halves_is_refused_before_the_link_is_read(runs, case):
+    message = HALVES[case][1]
+    done = runs.result(f"pair-with-{case}")
     assert done.returncode != 0
     assert message in said(done)
     assert "is not fit" not in said(done)  # refused by the inventory, before any host's link is read
