@@ -31,6 +31,7 @@ MODULE_BULLET = re.compile(r"^- `([a-z0-9_]+)`:", re.MULTILINE)
 SKIPPED_FOLDERS = {"__pycache__"}
 
 
+@functools.cache
 def ignored_top_level() -> set[str]:
     """Top-level names .gitignore leaves out (a venv, caches, results): not part of the repository's layout."""
     names = set()
@@ -47,15 +48,23 @@ def layout_block() -> list[str]:
     return blocks[0].splitlines()
 
 
+def in_repository(path: Path) -> bool:
+    """Whether PATH is the repository's own: not in a cache folder, nor below .git or an ignored top-level folder
+    (.venv, .cache: what a test run leaves there must not make a name in the docs exist)."""
+    parts = path.relative_to(ROOT).parts
+    top = parts[0] if parts else ""
+    return not (set(parts) & SKIPPED_FOLDERS) and top not in ignored_top_level() | {".git"}
+
+
 def found(pattern: str, base: Path) -> list[Path]:
     """What NAME (maybe a glob, maybe with a trailing /) is under BASE: the path itself, else anywhere below."""
     pattern = pattern.rstrip("/")
     if not base.is_dir():
         return []
-    direct = [path for path in base.glob(pattern) if not set(path.relative_to(ROOT).parts) & SKIPPED_FOLDERS]
+    direct = [path for path in base.glob(pattern) if in_repository(path)]
     if direct or "/" in pattern:
         return direct
-    return [path for path in base.rglob(pattern) if not set(path.relative_to(ROOT).parts) & SKIPPED_FOLDERS]
+    return [path for path in base.rglob(pattern) if in_repository(path)]
 
 
 @functools.cache
