@@ -16,9 +16,14 @@ description:
     seconds.
   - Returns the recipe's C(architecture) block (see C(recipes/README.md)), measured rather than copied from a model
     card. Parameters are counted per dtype from the headers; packed 4-bit weights (MXFP4 C(*_blocks), ModelOpt
-    NVFP4 C(U8) weights) count two parameters per byte and quantisation scales are not parameters. Active
-    parameters of a mixture of experts are the total less the share of the routed expert tensors a token does not
-    use. C(weight_bytes) is the sum of the weight files' sizes in the tree listing.
+    NVFP4 C(U8) weights) count two parameters per byte and quantisation scales are not parameters.
+  - The figures are those of the model vLLM loads. A multi-token-prediction (MTP) module in the checkpoint
+    (DeepSeek-V3's layer 61 under C(num_nextn_predict_layers), Nemotron-H's and Qwen3.5's C(mtp.*) tensors), which
+    vLLM builds only for MTP speculative decoding, is reported apart (RV(architecture.mtp_params_b)) and left out of
+    the parameters and the bytes. Active parameters are the ones a decoded token reads - the routed experts it uses
+    (k of E), shared experts and the output head whole, and the input embedding only when the output head is tied to
+    it (a token reads one row of it otherwise). C(weight_bytes) is the sum of the weight files' sizes in the tree
+    listing, less the MTP tensors' bytes.
   - The KV-cache figures follow vLLM 0.33's rules per attention kind, which module_utils/model_config_figures.py
     cites. They cover full attention with grouped KV heads, sliding-window layers (gpt-oss slides its even
     layers), hybrid Mamba-2 / Gated DeltaNet models (only the attention layers hold a KV cache; the others keep a
@@ -102,12 +107,19 @@ commit:
   sample: b5c939de8f754692c1647ca79fbf85e8c1e70f8a
 architecture:
   description:
-    - The recipe's architecture block (whole model, tensor parallel size 1). The first nine keys are the ones
-      recipes carry today (recipes/README.md); the others describe the attention kinds.
-    - total_params_b, active_params_b - parameters and parameters read per decoded token, billions.
-    - bytes_per_param - weight_bytes / total parameters. weight_bytes - sum of the loaded safetensors files' sizes.
-      active_weight_bytes - the tensor bytes a decoded token reads (all, less the routed experts it does not use);
-      a better numerator than active_params_b x bytes_per_param when experts and attention differ in precision.
+    - The recipe's architecture block (whole model, tensor parallel size 1). Recipes carry total_params_b,
+      active_params_b, bytes_per_param, weight_bytes, attention_layers, kv_heads, head_dim, max_context and dtype
+      (recipes/README.md); the MTP keys describe what the figures leave out, the others the attention kinds.
+    - total_params_b - parameters of the main model, billions (MTP modules left out). active_params_b - parameters
+      read per decoded token - all, less the (E - k) / E of the routed experts a token does not use and less the
+      input embedding (one row of it is read) unless it is tied to the output head; the output head counts whole.
+    - bytes_per_param - weight_bytes / total parameters. weight_bytes - sum of the loaded safetensors files' sizes,
+      less the bytes of any MTP module's tensors. active_weight_bytes - the tensor bytes a decoded token reads, by
+      the rule of active_params_b; a better numerator than active_params_b x bytes_per_param when experts and
+      attention differ in precision.
+    - mtp_layers - the checkpoint's multi-token-prediction depth (C(num_nextn_predict_layers), Qwen3.5's
+      C(mtp_num_hidden_layers)), 0 without one. mtp_params_b, mtp_weight_bytes - that module's parameters (billions)
+      and tensor bytes, which vLLM loads only with C(--speculative-config) method mtp.
     - attention_layers - layers with a KV cache (full plus sliding-window). kv_heads - KV heads per token and layer
       (1 for MLA). head_dim - elements per head (MLA - kv_lora_rank + qk_rope_head_dim). max_context - the longest
       max_model_len vLLM accepts. dtype - the dtype vLLM runs the model in with C(--dtype auto).
@@ -126,10 +138,13 @@ architecture:
   type: dict
   sample:
     total_params_b: 0.001387696
-    active_params_b: 0.000991408
+    active_params_b: 0.000860336
     bytes_per_param: 1.1736
-    weight_bytes: 1628640
-    active_weight_bytes: 1405280
+    weight_bytes: 1628632
+    active_weight_bytes: 1143136
+    mtp_layers: 0
+    mtp_params_b: 0.0
+    mtp_weight_bytes: 0
     attention_layers: 4
     kv_heads: 2
     head_dim: 32
@@ -156,11 +171,15 @@ sources:
     kv_heads: config.json:num_key_value_heads
     head_dim: config.json:head_dim
     sliding_window_layers: "config.json:num_hidden_layers (vLLM gpt_oss.py: layer_idx % 2 == 0 slides)"
+    mtp_params_b: "none: vLLM's 'gpt_oss' model has no multi-token-prediction module to leave out"
 parameters:
   description:
-    - Exact counts behind the figures - total, active, routed_expert (in routed expert tensors), tensor_bytes and
-      routed_expert_bytes (the headers' tensor sizes, scales included), by_dtype (packed FP4 under its own label),
+    - Exact counts behind the figures, all of the main model (MTP tensors left out) - total, active,
+      routed_expert (in routed expert tensors), tensor_bytes and routed_expert_bytes (the headers' tensor sizes,
+      scales included), input_embedding (the input embedding's parameters), tied_word_embeddings (whether the
+      output head is the input embedding, as vLLM decides it), by_dtype (packed FP4 under its own label),
       scale_elements (quantisation scales, not counted as parameters), scheme (the weight layout rule used).
+    - mtp, mtp_scale_elements, mtp_tensor_bytes - the same counts for the MTP module's tensors.
   returned: success
   type: dict
 files:

@@ -6,6 +6,7 @@ the recipe's architecture block by model_config_figures.py.
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.hf_hub_api import Hub, HubError
@@ -17,12 +18,14 @@ from ansible.module_utils.model_config_figures import (
     attention_layout,
     quantization_config,
     read_config,
+    tensor_roles,
     weight_scheme,
 )
 from ansible.module_utils.safetensors_header import (
     HEADER_LENGTH_BYTES,
     INDEX_FILE,
     ParameterCounts,
+    Tensor,
     count_parameters,
     header_length,
     parse_header,
@@ -46,14 +49,17 @@ def input_problem(params: dict) -> str | None:
     return None
 
 
-def read_headers(hub: Hub, commit: str, files: list[dict], scheme: str) -> tuple[ParameterCounts, set[str], list]:
-    """Every weight file's header (8 bytes, then the header), counted: (parameters, dtypes, per-file facts)."""
+def read_headers(
+    hub: Hub, commit: str, files: list[dict], scheme: str, role: Callable[[Tensor], str | None] | None = None
+) -> tuple[ParameterCounts, set[str], list]:
+    """Every weight file's header (8 bytes, then the header), counted: (parameters, dtypes, per-file facts).
+    `role` tells the input embedding and the MTP tensors (model_config_figures.TensorRoles.role)."""
 
     def one(item: dict) -> tuple[ParameterCounts, set[str], dict]:
         length = header_length(hub.byte_range(commit, item["path"], 0, HEADER_LENGTH_BYTES), item["path"])
         header = hub.byte_range(commit, item["path"], HEADER_LENGTH_BYTES, length)
         tensors = parse_header(header, item["path"], item["size"] or None)
-        counts = count_parameters(tensors, scheme, item["path"])
+        counts = count_parameters(tensors, scheme, item["path"], role)
         facts = {"path": item["path"], "size": item["size"], "header_bytes": length, "tensors": len(tensors)}
         return counts, {tensor.dtype for tensor in tensors}, facts
 
@@ -75,6 +81,7 @@ def measure(hub: Hub, kv_cache_dtype: str) -> tuple[dict, list[str]]:
         raise HubError(f"{hub.repo_id} has no {CONFIG} at {commit}: not a transformers model repository")
     config = read_config(hub.file(commit, CONFIG))
     layout = attention_layout(config)  # an unknown config fails here, before any weight file is touched
+    roles = tensor_roles(config)
     hf_quant = None
     if "quantization_config" not in config and "compression_config" not in config and HF_QUANT_CONFIG in names:
         hf_quant = read_config(hub.file(commit, HF_QUANT_CONFIG), HF_QUANT_CONFIG)
@@ -87,7 +94,7 @@ def measure(hub: Hub, kv_cache_dtype: str) -> tuple[dict, list[str]]:
         raise HubError(f"{hub.repo_id}@{commit}: {error}") from None
     if not files:
         raise HubError(f"{hub.repo_id}@{commit} has no .safetensors file at its top: vLLM would find no weights")
-    counts, dtypes, facts = read_headers(hub, commit, files, scheme)
+    counts, dtypes, facts = read_headers(hub, commit, files, scheme, roles.role)
     weight_bytes = sum(item["size"] for item in files)
     names_read = f"{files[0]['path']}" + (f" .. {files[-1]['path']}" if len(files) > 1 else "")
     scheme_rule = {
@@ -107,6 +114,13 @@ def measure(hub: Hub, kv_cache_dtype: str) -> tuple[dict, list[str]]:
         "routed_expert": counts.routed_expert,
         "tensor_bytes": counts.tensor_bytes,
         "routed_expert_bytes": counts.routed_expert_bytes,
+        "input_embedding": counts.input_embedding,
+        "input_embedding_bytes": counts.input_embedding_bytes,
+        "input_embedding_tensors": counts.input_embedding_tensors,
+        "lm_head_tensors": counts.lm_head_tensors,
+        "mtp": counts.mtp_parameters,
+        "mtp_bytes": counts.mtp_tensor_bytes,
+        "mtp_tensors": counts.mtp_tensors,
     }
     figures = architecture_figures(config, layout, quant, parameters, dtypes, weights, kv_cache_dtype)
     result = {
@@ -120,8 +134,13 @@ def measure(hub: Hub, kv_cache_dtype: str) -> tuple[dict, list[str]]:
             "routed_expert": counts.routed_expert,
             "tensor_bytes": counts.tensor_bytes,
             "routed_expert_bytes": counts.routed_expert_bytes,
+            "input_embedding": counts.input_embedding,
+            "tied_word_embeddings": figures.tied_embeddings,
             "by_dtype": dict(sorted(counts.by_dtype.items())),
             "scale_elements": counts.scale_elements,
+            "mtp": counts.mtp_parameters,
+            "mtp_scale_elements": counts.mtp_scale_elements,
+            "mtp_tensor_bytes": counts.mtp_tensor_bytes,
             "scheme": scheme,
         },
         "files": facts,

@@ -45,6 +45,30 @@ Where each rule comes from (vLLM 0.33.0; paths under vllm/):
   deepseek_llama_scaling) (model_arch_config_convertor.py `derive_max_model_len_and_key`, config/model.py
   `_get_and_verify_max_len`).
 
+- Parameters read per decoded token (active_params_b, active_weight_bytes): every weight of the main model, less
+  - the input embedding, which a token reads one row of (layers/vocab_parallel_embedding.py
+    `UnquantizedEmbeddingMethod.embedding` is `F.embedding`), unless the output head is tied to it: then the logits
+    read the whole table (models/llama.py, qwen3_moe.py, qwen3_5.py `if config.tie_word_embeddings: self.lm_head =
+    self.lm_head.tie_weights(self.model.embed_tokens)`; deepseek_v2.py, gpt_oss.py, nemotron_h.py never tie). A
+    config that says tied while the checkpoint has its own `lm_head.weight` is untied at load (config/model.py
+    `maybe_untie_word_embeddings`, transformers_utils/config.py `checkpoint_has_lm_head`) and re-tied afterwards only
+    if the two tables are equal, which the headers cannot tell: counted untied. The output head (`ParallelLMHead`,
+    vocab_size x hidden_size) is read whole by every token (layers/logits_processor.py `_get_logits`).
+  - the routed experts a token does not use: (E - k) / E of them, k = num_experts_per_tok of E routed experts
+    (fused_moe top-k); shared experts and routers run for every token, so they count whole.
+- Multi-token-prediction (MTP) modules ship in the checkpoint but are not part of the main model: vLLM skips them
+  at load and builds them only for `--speculative-config '{"method": "mtp"}'`. DeepSeek-V2/V3, Kimi-K2 and
+  GLM-4.7-Flash skip the tensors of layers num_hidden_layers .. num_hidden_layers + num_nextn_predict_layers - 1
+  (`model.layers.N.`, `layers.N.`, `model.language_model.layers.N.`; models/utils.py
+  `get_spec_layer_idx_from_weight_name`, called in deepseek_v2.py `DeepseekV2Model.load_weights` and glm4_moe_lite.py
+  `Glm4MoeLiteModel.load_weights`); Nemotron-H drops every tensor whose name starts with `mtp` and Qwen3.5 every one
+  under `mtp.` (nemotron_h.py `NemotronHForCausalLM.hf_to_vllm_mapper` orig_to_new_prefix {"mtp": None},
+  qwen3_5.py `Qwen3_5ForCausalLMBase` / `Qwen3_5ForConditionalGeneration.hf_to_vllm_mapper` {"mtp.": None}; a
+  WeightsMapper target of None means "ignore", models/utils.py). The MTP depth is `num_nextn_predict_layers`
+  (DeepSeek, GLM, Nemotron-H) or `mtp_num_hidden_layers` (Qwen3.5), what config/speculative.py
+  `hf_config_override` takes as n_predict. These tensors are reported apart (mtp_*) and left out of every other
+  figure.
+
 A config this module does not understand fails with FiguresError naming the file and the key, instead of a guess:
 an unknown model_type, a layer_types value it has no rule for, a missing figure whose default differs between
 model classes.
@@ -53,6 +77,7 @@ model classes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -815,28 +840,152 @@ def experts(config: Mapping[str, Any]) -> tuple[int | None, int | None, dict[str
     return count, top, sources
 
 
-def active_parameters(total: int, routed_expert: int, config: Mapping[str, Any]) -> tuple[int, str]:
+def active_parameters(
+    total: int, routed_expert: int, config: Mapping[str, Any], input_embedding: int = 0, tied: bool = False
+) -> tuple[int, str]:
     """(parameters read per decoded token, how): all of them, less the share of the routed experts a token does
-    not use, (E - k) / E of the routed expert parameters."""
+    not use, (E - k) / E of the routed expert parameters, and less the input embedding unless the output head is
+    tied to it (see the module docstring)."""
     count, top, keys = experts(config)
+    embedding = 0 if tied else input_embedding
+    if tied:
+        head = "; the input embedding is the output head (tied), so it counts whole"
+    elif input_embedding:
+        head = f" - the input embedding {input_embedding} (a token reads one row of it)"
+    else:
+        head = ""
     if routed_expert == 0:
         if count:
             raise FiguresError(
                 f"{keys['experts']}={count} but no safetensors tensor is under an 'experts' module: the expert "
                 "weights are named in a way this module does not know"
             )
-        return total, "dense: every parameter is read per token"
+        return total - embedding, f"dense: every parameter is read per token{head}"
     if not count or not top:
         missing = "the number of experts" if not count else "experts per token"
         raise FiguresError(f"{CONFIG}: the weights hold routed experts but {missing} is not set ({', '.join(keys)})")
     if top > count:
         raise FiguresError(f"{keys['experts_per_token']}={top}: more than {keys['experts']}={count}")
-    active = total - routed_expert * (count - top) // count
+    active = total - routed_expert * (count - top) // count - embedding
     how = (
         f"total - routed-expert parameters x ({keys['experts']} - {keys['experts_per_token']}) / "
-        f"{keys['experts']} = {total} - {routed_expert} x ({count} - {top}) / {count}"
+        f"{keys['experts']} = {total} - {routed_expert} x ({count} - {top}) / {count}{head}"
     )
     return active, how
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What a tensor is: the input embedding, a multi-token-prediction (MTP) module's, or neither
+
+# The values safetensors_header.count_parameters takes from a role function (its INPUT_EMBEDDING, MTP).
+ROLE_INPUT_EMBEDDING = "input_embedding"
+ROLE_MTP = "mtp"
+# The input embedding's name in the checkpoints of FAMILIES: `model.embed_tokens.weight` (Llama, Qwen, gpt-oss,
+# DeepSeek), `model.language_model.embed_tokens.weight` (Qwen3.5 VL), `backbone.embeddings.weight` (Nemotron-H,
+# renamed by nemotron_h.py's hf_to_vllm_mapper {"embeddings": "embed_tokens"}).
+INPUT_EMBEDDING_NAME = re.compile(r"(^|\.)(embed_tokens|embeddings)\.weight$")
+# How each attention rule's vLLM model leaves its MTP tensors out (see the module docstring).
+MTP_RULES = {
+    "mla": ("layers_after", "num_nextn_predict_layers"),
+    "nemotron_h": ("prefix:mtp", "num_nextn_predict_layers"),
+    "qwen3_5": ("prefix:mtp.", "mtp_num_hidden_layers"),
+}
+MTP_RULE_SOURCES = {
+    "layers_after": "vLLM models/utils.py get_spec_layer_idx_from_weight_name, skipped by the model's load_weights",
+    "prefix:mtp": "vLLM nemotron_h.py hf_to_vllm_mapper orig_to_new_prefix {'mtp': None}",
+    "prefix:mtp.": "vLLM qwen3_5.py hf_to_vllm_mapper orig_to_new_prefix {'mtp.': None}",
+}
+
+
+@dataclass(frozen=True)
+class TensorRoles:
+    """Which checkpoint tensors are the input embedding and which an MTP module's, for one config."""
+
+    model_type: str
+    mtp_rule: str | None  # "layers_after", "prefix:<p>", or None (the model has no MTP rule)
+    mtp_layers: int  # the config's MTP depth (0 when it names none)
+    mtp_source: str
+    mtp_key: str = ""  # where the depth is read (config.json:num_nextn_predict_layers, ...)
+    first_mtp_layer: int = 0  # layers_after: num_hidden_layers
+    vocab_size: int | None = None
+    tie_word_embeddings: bool | None = None  # as the config says; None when it does not say
+    tie_source: str = ""
+
+    def is_mtp(self, name: str) -> bool:
+        """Whether vLLM's main model leaves this tensor out as part of an MTP module."""
+        if self.mtp_rule is None:
+            return False
+        if self.mtp_rule.startswith("prefix:"):
+            return name.startswith(self.mtp_rule[len("prefix:") :])
+        for index in range(self.first_mtp_layer, self.first_mtp_layer + self.mtp_layers):
+            if name.startswith((f"model.layers.{index}.", f"layers.{index}.", f"model.language_model.layers.{index}.")):
+                return True
+        return False
+
+    def role(self, tensor: Any) -> str | None:
+        """ROLE_MTP, ROLE_INPUT_EMBEDDING or None for a safetensors_header.Tensor (name, shape)."""
+        if self.is_mtp(tensor.name):
+            return ROLE_MTP
+        named = INPUT_EMBEDDING_NAME.search(tensor.name) is not None and len(tensor.shape) == 2
+        if named and (self.vocab_size is None or tensor.shape[0] == self.vocab_size):
+            return ROLE_INPUT_EMBEDDING
+        return None
+
+
+def tensor_roles(config: Mapping[str, Any]) -> TensorRoles:
+    """The TensorRoles of a config.json (call attention_layout first: it refuses what this cannot know)."""
+    text = text_keys(config)
+    model_type = str(text.value("model_type") or "")
+    family = FAMILIES.get(model_type)
+    rule, key = MTP_RULES.get(family.rule, (None, "")) if family else (None, "")
+    depth = 0
+    source = f"none: vLLM's {model_type!r} model has no multi-token-prediction module to leave out"
+    if rule is not None:
+        if text.has(key):
+            depth = text.integer(key, minimum=0)
+        source = (
+            f"{text.where(key)} ({MTP_RULE_SOURCES[rule]})" if text.has(key) else f"no {key} ({MTP_RULE_SOURCES[rule]})"
+        )
+    first = text.integer("num_hidden_layers") if rule == "layers_after" and depth else 0
+    vocab = text.value("vocab_size")
+    tie, tie_source = None, f"{CONFIG} names no tie_word_embeddings"
+    for keys in (text, Keys(config)):
+        if keys.has("tie_word_embeddings"):
+            tie, tie_source = keys.value("tie_word_embeddings"), keys.where("tie_word_embeddings")
+            if not isinstance(tie, bool):
+                raise FiguresError(f"{tie_source}={tie!r}: must be true or false")
+            break
+    return TensorRoles(
+        model_type=model_type,
+        mtp_rule=rule,
+        mtp_layers=depth,
+        mtp_source=source,
+        mtp_key=text.where(key) if rule is not None else "",
+        first_mtp_layer=first,
+        vocab_size=vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None,
+        tie_word_embeddings=tie,
+        tie_source=tie_source,
+    )
+
+
+def embeddings_tied(roles: TensorRoles, lm_head_tensors: Iterable[str]) -> tuple[bool, str]:
+    """(whether the output head is the input embedding, why), as vLLM decides it: the config's
+    tie_word_embeddings, unless the checkpoint has an `lm_head.weight` of its own, which vLLM then loads
+    (config/model.py maybe_untie_word_embeddings). A config that does not say is read from the checkpoint: without
+    an output head of its own the model can only run tied."""
+    heads = sorted(lm_head_tensors)
+    if roles.tie_word_embeddings is False:
+        return False, f"untied: {roles.tie_source}=false"
+    if heads:
+        if roles.tie_word_embeddings:
+            return False, (
+                f"untied: {roles.tie_source}=true but the checkpoint has its own {heads[0]}, which vLLM loads "
+                "(config/model.py maybe_untie_word_embeddings)"
+            )
+        return False, f"untied: {roles.tie_source}, and the checkpoint has its own {heads[0]}"
+    if roles.tie_word_embeddings:
+        return True, f"tied: {roles.tie_source}=true, and the checkpoint has no lm_head.weight"
+    return True, f"tied: {roles.tie_source}, and the checkpoint has no lm_head.weight of its own"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -851,6 +1000,7 @@ class Figures:
     sources: dict[str, str]
     warnings: tuple[str, ...]
     active_parameters: int
+    tied_embeddings: bool = False  # the output head is the input embedding (embeddings_tied)
 
 
 def architecture_figures(
@@ -866,8 +1016,11 @@ def architecture_figures(
 
     `quant` is quantization_config()'s answer; `parameters` holds `total` and `routed_expert` (parameters, packed
     FP4 counted 2 per byte, scales left out), `tensor_bytes` and `routed_expert_bytes` (the headers' tensor sizes,
-    scales included); `weights` holds `bytes` (the weight files' sizes), `source` (which files, and how the
-    parameters were counted) and `bytes_source`."""
+    scales included), all of the main model (MTP tensors left out), and, as safetensors_header.count_parameters
+    counts them with tensor_roles(config).role, `input_embedding` and `input_embedding_bytes` (with the names in
+    `input_embedding_tensors`), `lm_head_tensors`, and the MTP tensors' `mtp` (parameters), `mtp_bytes` and
+    `mtp_tensors` (a count); `weights` holds `bytes` (the weight files' sizes, MTP tensors included), `source`
+    (which files, and how the parameters were counted) and `bytes_source`."""
     dtype, dtype_source = model_dtype(config, header_dtypes)
     context, context_source = max_context(config)
     auto, auto_source = kv_cache_dtype_auto(quant[0], quant[1], dtype)
@@ -880,12 +1033,36 @@ def architecture_figures(
     total = parameters["total"]
     if total <= 0:
         raise FiguresError("the safetensors headers hold no parameters")
-    active, active_source = active_parameters(total, parameters["routed_expert"], config)
-    active_bytes = parameters["tensor_bytes"]
+    roles = tensor_roles(config)
+    warnings = list(layout.warnings)
+    embedding_names = list(parameters.get("input_embedding_tensors", ()))
+    if len(embedding_names) > 1:
+        raise FiguresError(
+            f"{len(embedding_names)} tensors look like the input embedding ({', '.join(sorted(embedding_names))}); "
+            "which one the model reads a row of is not known here"
+        )
+    tied, tied_source = embeddings_tied(roles, parameters.get("lm_head_tensors", ()))
+    embedding, embedding_bytes = parameters.get("input_embedding", 0), parameters.get("input_embedding_bytes", 0)
+    if not embedding_names:
+        warnings.append(
+            "no safetensors tensor is named like the input embedding (*embed_tokens.weight, *embeddings.weight with "
+            "vocab_size rows): active_params_b counts every non-expert parameter"
+        )
+    active, active_source = active_parameters(total, parameters["routed_expert"], config, embedding, tied)
+    active_bytes = parameters["tensor_bytes"] - (0 if tied else embedding_bytes)
     if parameters["routed_expert"]:
         count, top, _ = experts(config)
         active_bytes -= parameters["routed_expert_bytes"] * (count - top) // count
-    weight_bytes = int(weights["bytes"])
+    mtp, mtp_bytes = parameters.get("mtp", 0), parameters.get("mtp_bytes", 0)
+    mtp_tensors = parameters.get("mtp_tensors", 0)
+    if roles.mtp_layers and not mtp_tensors:
+        warnings.append(
+            f"{roles.mtp_key}={roles.mtp_layers} but no safetensors tensor belongs to an MTP module: this checkpoint "
+            "cannot serve --speculative-config method mtp"
+        )
+    elif mtp_tensors and not roles.mtp_layers:
+        warnings.append(f"{mtp_tensors} tensors under mtp but {roles.mtp_source}: they are left out as vLLM does")
+    weight_bytes = int(weights["bytes"]) - mtp_bytes
     mamba_layer_bytes = mamba_state_bytes_per_layer(layout, dtype)
     architecture = {
         "total_params_b": total / 1e9,
@@ -893,6 +1070,9 @@ def architecture_figures(
         "bytes_per_param": round(weight_bytes / total, 4),
         "weight_bytes": weight_bytes,
         "active_weight_bytes": active_bytes,
+        "mtp_layers": roles.mtp_layers,
+        "mtp_params_b": mtp / 1e9,
+        "mtp_weight_bytes": mtp_bytes,
         "attention_layers": layout.attention_layers,
         "kv_heads": layout.kv_heads,
         "head_dim": layout.head_dim,
@@ -917,15 +1097,34 @@ def architecture_figures(
         if layout.kind == "mla"
         else "2 (K, V) x kv_heads x head_dim x dtype bytes (vLLM AttentionSpec)"
     )
+    no_mtp = roles.mtp_source if roles.mtp_rule is None else f"none: no tensor is an MTP module's ({roles.mtp_source})"
+    mtp_params_left_out = (
+        f"; the {mtp_tensors} MTP tensors left out, as vLLM loads them only for MTP speculative decoding" if mtp else ""
+    )
+    mtp_bytes_left_out = (
+        f", less the {mtp_bytes} bytes of the {mtp_tensors} MTP tensors (their headers' data_offsets), which vLLM's "
+        "main model does not load"
+        if mtp_bytes
+        else ""
+    )
     sources = {
         **layout.sources,
-        "total_params_b": weights["source"],
-        "active_params_b": active_source,
+        "total_params_b": weights["source"] + mtp_params_left_out,
+        "active_params_b": f"{active_source}; output head {tied_source}",
         "bytes_per_param": "weight_bytes / total parameters",
-        "weight_bytes": weights["bytes_source"],
+        "weight_bytes": weights["bytes_source"] + mtp_bytes_left_out,
         "active_weight_bytes": (
             "safetensors headers: all tensor bytes (scales included) less the routed experts' bytes a token does not"
-            " read, as for active_params_b"
+            " read" + ("" if tied else " and the input embedding's") + ", as for active_params_b"
+        ),
+        "mtp_layers": roles.mtp_source,
+        "mtp_params_b": (
+            f"safetensors headers: the {mtp_tensors} tensors of the MTP module(s), counted as total_params_b"
+            if mtp_tensors
+            else no_mtp
+        ),
+        "mtp_weight_bytes": (
+            f"safetensors headers: data_offsets of the {mtp_tensors} MTP tensors" if mtp_tensors else no_mtp
         ),
         "max_context": context_source,
         "dtype": dtype_source,
@@ -946,4 +1145,4 @@ def architecture_figures(
         if kv_cache_dtype == "auto"
         else "the kv_cache_dtype asked"
     )
-    return Figures(architecture, sources, layout.warnings, active)
+    return Figures(architecture, sources, tuple(warnings), active, tied)

@@ -23,6 +23,12 @@ than counted wrongly. Routed MoE experts are the tensors under a module named `e
 gpt-oss's fused `mlp.experts.gate_up_proj_blocks`, Nemotron-H's `mixer.experts.0.up_proj`); `shared_experts` and
 `shared_expert` are always active, so they are not among them.
 
+Which tensors are the input embedding and which belong to a multi-token-prediction (MTP) module depends on the
+model's config, so the caller says so with a `role` function (module_utils/model_config_figures.py `TensorRoles`):
+the input embedding is counted as usual and also apart (`input_embedding`); an MTP tensor, which vLLM does not load
+into the main model, is counted only apart (`mtp_*`), never in `by_dtype`, `total`, `routed_expert` or
+`tensor_bytes`.
+
 Standard library only; nothing here imports Ansible, so the planner and pytest can call these functions directly.
 """
 
@@ -31,7 +37,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 HEADER_LENGTH_BYTES = 8
@@ -81,6 +87,11 @@ PACKED_LABEL = "FP4 (packed 2 per byte in U8)"
 INTEGER_DTYPES = frozenset({"U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64"})
 
 ROUTED_EXPERT = re.compile(r"(^|\.)experts(\.|$)")
+# What a role function (count_parameters) may call a tensor.
+INPUT_EMBEDDING = "input_embedding"
+MTP = "mtp"
+# vLLM's test for a checkpoint's own output head (transformers_utils/config.py checkpoint_has_lm_head).
+LM_HEAD_SUFFIX = "lm_head.weight"
 
 
 class HeaderError(ValueError):
@@ -115,6 +126,14 @@ class ParameterCounts:
     tensor_bytes: int = 0  # every tensor's bytes, scales included
     routed_expert_bytes: int = 0  # the bytes of the routed experts' tensors, their scales included
     tensors: int = 0
+    input_embedding: int = 0  # parameters of the tensor(s) the role function calls the input embedding
+    input_embedding_bytes: int = 0
+    input_embedding_tensors: list[str] = field(default_factory=list)
+    lm_head_tensors: list[str] = field(default_factory=list)  # names ending in `lm_head.weight`, MTP or not
+    mtp_parameters: int = 0  # MTP tensors: counted here only
+    mtp_scale_elements: int = 0
+    mtp_tensor_bytes: int = 0
+    mtp_tensors: int = 0
 
     @property
     def total(self) -> int:
@@ -128,6 +147,14 @@ class ParameterCounts:
         self.tensor_bytes += other.tensor_bytes
         self.routed_expert_bytes += other.routed_expert_bytes
         self.tensors += other.tensors
+        self.input_embedding += other.input_embedding
+        self.input_embedding_bytes += other.input_embedding_bytes
+        self.input_embedding_tensors += other.input_embedding_tensors
+        self.lm_head_tensors += other.lm_head_tensors
+        self.mtp_parameters += other.mtp_parameters
+        self.mtp_scale_elements += other.mtp_scale_elements
+        self.mtp_tensor_bytes += other.mtp_tensor_bytes
+        self.mtp_tensors += other.mtp_tensors
 
 
 def header_length(first_bytes: bytes, name: str) -> int:
@@ -211,22 +238,26 @@ def is_routed_expert(tensor_name: str) -> bool:
     return ROUTED_EXPERT.search(tensor_name) is not None
 
 
-def count_parameters(tensors: Iterable[Tensor], scheme: str, name: str) -> ParameterCounts:
+def count_parameters(
+    tensors: Iterable[Tensor], scheme: str, name: str, role: Callable[[Tensor], str | None] | None = None
+) -> ParameterCounts:
     """The parameters of one file's tensors under a quantisation scheme of SCHEMES. HeaderError names a tensor
-    whose packing the scheme does not explain (so a parameter count is never silently wrong)."""
+    whose packing the scheme does not explain (so a parameter count is never silently wrong).
+
+    `role(tensor)` says what a tensor is beyond its name's rules: INPUT_EMBEDDING (counted as usual and also in
+    `input_embedding`), MTP (counted only in `mtp_*`) or None."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     scale_suffixes, packed_suffixes = SCHEMES[scheme]
     counts = ParameterCounts()
     for tensor in tensors:
-        counts.tensors += 1
-        counts.tensor_bytes += tensor.nbytes
-        routed = is_routed_expert(tensor.name)
-        counts.routed_expert_bytes += tensor.nbytes if routed else 0
-        if scale_suffixes and tensor.name.endswith(scale_suffixes):
-            counts.scale_elements += tensor.elements
-            continue
-        if tensor.dtype == "U8" and packed_suffixes and tensor.name.endswith(packed_suffixes):
+        kind = role(tensor) if role is not None else None
+        if tensor.name.endswith(LM_HEAD_SUFFIX):
+            counts.lm_head_tensors.append(tensor.name)
+        scale = bool(scale_suffixes) and tensor.name.endswith(scale_suffixes)
+        if scale:
+            label, params = None, 0
+        elif tensor.dtype == "U8" and packed_suffixes and tensor.name.endswith(packed_suffixes):
             label, params = PACKED_LABEL, 2 * tensor.elements
         elif scheme != "none" and tensor.dtype in INTEGER_DTYPES:
             raise HeaderError(
@@ -235,9 +266,26 @@ def count_parameters(tensors: Iterable[Tensor], scheme: str, name: str) -> Param
             )
         else:
             label, params = tensor.dtype, tensor.elements
+        if kind == MTP:
+            counts.mtp_tensors += 1
+            counts.mtp_tensor_bytes += tensor.nbytes
+            counts.mtp_parameters += params
+            counts.mtp_scale_elements += tensor.elements if scale else 0
+            continue
+        counts.tensors += 1
+        counts.tensor_bytes += tensor.nbytes
+        routed = is_routed_expert(tensor.name)
+        counts.routed_expert_bytes += tensor.nbytes if routed else 0
+        if scale:
+            counts.scale_elements += tensor.elements
+            continue
         counts.by_dtype[label] = counts.by_dtype.get(label, 0) + params
         if routed:
             counts.routed_expert += params
+        if kind == INPUT_EMBEDDING:
+            counts.input_embedding += params
+            counts.input_embedding_bytes += tensor.nbytes
+            counts.input_embedding_tensors.append(tensor.name)
     return counts
 
 

@@ -3,31 +3,42 @@
 The fixture repos (tests/fixtures/build_figure_models.py) have config.json files shaped like the real models' and
 safetensors files with real headers over zeros. Every figure the module returns is checked against a value this
 file computes from the fixture's config and tensor list with the rule written out here, not by calling the
-module's own functions. The last tests check module_utils' KV rules on full-size configs against the per-token
-figures worked out by hand from vLLM 0.33's source (see module_utils/model_config_figures.py for the lines).
+module's own functions. Five full-size checkpoints (Llama-3.3-70B, Qwen3-30B-A3B, Nemotron-3-Nano-30B-A3B,
+gpt-oss-120b, DeepSeek-V3: real configs, every tensor's real name, shape and dtype, sparse files) are measured from a
+folder and held to the parameter counts their makers publish. The last tests check module_utils' KV rules on
+full-size configs against the per-token figures worked out by hand from vLLM 0.33's source (see
+module_utils/model_config_figures.py for the lines).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import safetensors_header
 from helpers import ROOT, hf_standin
+from hf_model_measure import measure
 from model_config_figures import (
+    ROLE_INPUT_EMBEDDING,
+    ROLE_MTP,
     FiguresError,
+    active_parameters,
     attention_layout,
+    embeddings_tied,
     full_attention_tokens_per_sequence,
     kv_bytes_per_token,
     mamba_state_bytes_per_layer,
     max_context,
     sliding_window_kv_bytes_per_token,
     sliding_window_tokens_per_sequence,
+    tensor_roles,
 )
-from safetensors_header import HeaderError, parse_header, weight_files
+from safetensors_header import HeaderError, Tensor, parse_header, weight_files
 
 MODULE = "hf_model_figures"
 WRONG_TOKEN = "hf_wrong_token_should_never_show_7c1d"
@@ -75,15 +86,35 @@ def figures(run_module, hub, repo_id: str, **args) -> dict:
 # --- what the figures must be, computed from each fixture's config and tensors ------------------------------------
 
 
-def parameters(model, packed: str | None) -> tuple[int, int]:
-    """(total, in routed experts) of the top-level weight files: one per element; 2 per byte of a packed FP4 U8
-    tensor (`_blocks` for MXFP4, `.weight` for NVFP4); scales not at all."""
+# The input embedding's name in each fixture's checkpoint, and where an MTP module's tensors live (vLLM skips them:
+# qwen3_5.py maps `mtp.` to None; deepseek_v2.py skips layers num_hidden_layers and up).
+EMBEDDINGS = {"model.embed_tokens.weight", "model.language_model.embed_tokens.weight", "backbone.embeddings.weight"}
+
+
+def is_mtp(name: str, config: dict) -> bool:
+    text = config.get("text_config", config)
+    if name.startswith("mtp."):
+        return True
+    layers, extra = text.get("num_hidden_layers", 0), text.get("num_nextn_predict_layers", 0)
+    return any(name.startswith(f"model.layers.{i}.") for i in range(layers, layers + extra))
+
+
+def tied(model) -> bool:
+    """The output head is the embedding: the config says so and the checkpoint has no lm_head of its own."""
+    names = {name for tensors in model.shards.values() for name, _, _ in tensors}
+    return bool(model.config.get("tie_word_embeddings")) and "lm_head.weight" not in names
+
+
+def parameters(model, packed: str | None) -> dict[str, int]:
+    """The parameters of the top-level weight files: one per element; 2 per byte of a packed FP4 U8 tensor
+    (`_blocks` for MXFP4, `.weight` for NVFP4); scales not at all. `total` and `routed` (in routed experts) leave
+    the MTP tensors out, `mtp` counts them, `embedding` is the input embedding's."""
     scales = {
         None: (),
         "mxfp4": ("_scales",),
         "nvfp4": (".weight_scale", ".weight_scale_2", ".input_scale", ".k_scale", ".v_scale"),
     }[packed]
-    total = routed = 0
+    counts = {"total": 0, "routed": 0, "mtp": 0, "embedding": 0}
     for tensors in model.shards.values():
         for name, dtype, shape in tensors:
             if scales and name.endswith(scales):
@@ -95,25 +126,34 @@ def parameters(model, packed: str | None) -> tuple[int, int]:
                 count *= 2
             if dtype == "U8" and packed == "nvfp4" and name.endswith(".weight"):
                 count *= 2
-            total += count
-            routed += count if ".experts." in name else 0
-    return total, routed
+            if is_mtp(name, model.config):
+                counts["mtp"] += count
+                continue
+            counts["total"] += count
+            counts["routed"] += count if ".experts." in name else 0
+            counts["embedding"] += count if name in EMBEDDINGS else 0
+    return counts
 
 
 DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
 
 
-def tensor_bytes(model) -> tuple[int, int]:
-    """(bytes of every tensor of the top-level weight files, bytes of the routed experts' tensors), scales included."""
-    total = routed = 0
+def tensor_bytes(model) -> dict[str, int]:
+    """Bytes of the tensors of the top-level weight files, scales included: `total` (MTP left out), `routed` (the
+    routed experts'), `embedding` (the input embedding's), `mtp` (the MTP module's)."""
+    counts = {"total": 0, "routed": 0, "mtp": 0, "embedding": 0}
     for tensors in model.shards.values():
         for name, dtype, shape in tensors:
             size = DTYPE_BYTES[dtype]
             for dim in shape:
                 size *= dim
-            total += size
-            routed += size if ".experts." in name else 0
-    return total, routed
+            if is_mtp(name, model.config):
+                counts["mtp"] += size
+                continue
+            counts["total"] += size
+            counts["routed"] += size if ".experts." in name else 0
+            counts["embedding"] += size if name in EMBEDDINGS else 0
+    return counts
 
 
 def weight_bytes(root: Path, model) -> int:
@@ -123,6 +163,7 @@ def weight_bytes(root: Path, model) -> int:
 
 def no_extras() -> dict:
     return {
+        "mtp_layers": 0,
         "sliding_window": None,
         "sliding_window_layers": 0,
         "kv_lora_rank": None,
@@ -265,7 +306,26 @@ def expected_qwen3_5(c: dict) -> dict:
         "kv_cache_dtype_auto": "bfloat16",
         "kv_cache_dtype": "bfloat16",
         "kv_bytes_per_token": 2 * attention * t["num_key_value_heads"] * t["head_dim"] * 2,
+        "mtp_layers": t["mtp_num_hidden_layers"],
         "experts": (t["num_experts"], t["num_experts_per_tok"]),
+    }
+
+
+def expected_qwen3_dense(c: dict) -> dict:
+    layers, kv, head_dim = c["num_hidden_layers"], c["num_key_value_heads"], c["head_dim"]
+    return {
+        **no_extras(),
+        "attention_layers": layers,
+        "full_attention_layers": layers,
+        "kv_heads": kv,
+        "head_dim": head_dim,
+        "max_context": c["max_position_embeddings"],
+        "dtype": "bfloat16",
+        "attention_kind": "full",
+        "kv_cache_dtype_auto": "bfloat16",
+        "kv_cache_dtype": "bfloat16",
+        "kv_bytes_per_token": 2 * layers * kv * head_dim * 2,
+        "experts": (None, None),
     }
 
 
@@ -276,6 +336,7 @@ CASES = {
     "sparkfleet-test/gpt-oss-mxfp4": (expected_gpt_oss, "mxfp4"),
     "sparkfleet-test/deepseek-v2-lite-mla": (expected_deepseek_mla, None),
     "sparkfleet-test/qwen3.5-moe-vl": (expected_qwen3_5, None),
+    "sparkfleet-test/qwen3-dense-tied": (expected_qwen3_dense, None),
 }
 
 
@@ -286,11 +347,14 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
     expect, packed = CASES[repo_id]
     expected = expect(model.config)
     experts, top = expected.pop("experts")
-    total, routed = parameters(model, packed)
-    active = total - routed * (experts - top) // experts if experts else total
-    all_bytes, expert_bytes = tensor_bytes(model)
-    active_bytes = all_bytes - expert_bytes * (experts - top) // experts if experts else all_bytes
-    size = weight_bytes(root, model)
+    counted, sizes = parameters(model, packed), tensor_bytes(model)
+    total, routed = counted["total"], counted["routed"]
+    # Read per decoded token: k of E routed experts, and not the input embedding (one row of it) unless it is tied
+    # to the output head.
+    embedding, embedding_bytes = (0, 0) if tied(model) else (counted["embedding"], sizes["embedding"])
+    active = total - (routed * (experts - top) // experts if experts else 0) - embedding
+    active_bytes = sizes["total"] - (sizes["routed"] * (experts - top) // experts if experts else 0) - embedding_bytes
+    size = weight_bytes(root, model) - sizes["mtp"]  # the files, less the MTP tensors vLLM does not load
 
     result = figures(run_module, hub, repo_id)
 
@@ -298,14 +362,20 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
     assert result["commit"] == model.commit
     assert result["changed"] is False
     architecture = result["architecture"]
+    assert counted["embedding"] > 0
     assert result["parameters"]["total"] == total
     assert result["parameters"]["active"] == active
     assert result["parameters"]["routed_expert"] == routed
+    assert result["parameters"]["input_embedding"] == counted["embedding"]
+    assert result["parameters"]["tied_word_embeddings"] is tied(model)
+    assert result["parameters"]["mtp"] == counted["mtp"]
     assert architecture["total_params_b"] == pytest.approx(total / 1e9)
     assert architecture["active_params_b"] == pytest.approx(active / 1e9)
     assert architecture["weight_bytes"] == size
     assert architecture["active_weight_bytes"] == active_bytes
-    assert result["parameters"]["tensor_bytes"] == all_bytes
+    assert architecture["mtp_params_b"] == pytest.approx(counted["mtp"] / 1e9)
+    assert architecture["mtp_weight_bytes"] == sizes["mtp"]
+    assert result["parameters"]["tensor_bytes"] == sizes["total"]
     assert architecture["bytes_per_param"] == pytest.approx(size / total, abs=1e-4)
     for key, value in expected.items():
         assert architecture[key] == value, key
@@ -316,6 +386,8 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
         "bytes_per_param",
         "weight_bytes",
         "active_weight_bytes",
+        "mtp_params_b",
+        "mtp_weight_bytes",
     }
     # Every figure says where it came from.
     missing = [key for key, value in architecture.items() if value is not None and key not in result["sources"]]
@@ -465,6 +537,252 @@ def test_bad_input_is_named(run_module, args, words):
     result = run_module(MODULE, args)
     assert result["failed"]
     assert words in result["msg"]
+
+
+# --- full-size checkpoints against the figures their makers publish ------------------------------------------------
+
+
+class FolderHub:
+    """What hf_model_measure.measure asks of hf_hub_api.Hub, answered from a snapshot folder that
+    build_figure_models.write_model wrote: the tree listing gives each file's size from os.stat (which counts the
+    sparse data region, as the Hub's listing counts the real one), byte_range reads the header bytes. The stand-in
+    Hub would hash every byte of the 685 GB DeepSeek-V3 shape; this reads its 10 MB of headers."""
+
+    def __init__(self, folder: Path, repo_id: str, commit: str):
+        self.folder, self.repo_id, self.sha, self.bytes_read = folder, repo_id, commit, 0
+
+    def commit(self) -> str:
+        return self.sha
+
+    def top_files(self, commit: str) -> list[dict]:
+        return [
+            {"type": "file", "path": path.name, "size": path.stat().st_size}
+            for path in sorted(self.folder.iterdir())
+            if path.is_file()
+        ]
+
+    def file(self, commit: str, path: str) -> bytes:
+        return (self.folder / path).read_bytes()
+
+    def byte_range(self, commit: str, path: str, start: int, length: int) -> bytes:
+        with (self.folder / path).open("rb") as handle:
+            handle.seek(start)
+            data = handle.read(length)
+        self.bytes_read += len(data)
+        return data
+
+
+@pytest.fixture(scope="module")
+def full_size(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, object, int]]:
+    """{repo_id: (hf_model_measure.measure's result, the Model, the files' summed size)} for the five full-size
+    shapes, written as sparse files (about 26 MB on disk for 950 GB of checkpoints) and measured once."""
+    root = tmp_path_factory.mktemp("full-size")
+    measured = {}
+    for model in BUILD.full_size_models():
+        folder = BUILD.write_model(root, model) / model.commit
+        result, warnings = measure(FolderHub(folder, model.repo_id, model.commit), "auto")
+        assert warnings == [], warnings
+        files = sum((folder / name).stat().st_size for name in model.shards)
+        measured[model.repo_id] = (result, model, files)
+    return measured
+
+
+# What each maker publishes. active_params_b leaves the input embedding out (a token reads one row of it; none of
+# these ties it to the output head) and counts the output head; a maker's "active" that counts the embedding is
+# compared with active_params_b plus the embedding:
+# - Llama-3.3-70B-Instruct: 70.6B, dense (Hugging Face's model page, "Model size 70.6B params": its safetensors
+#   metadata, api/models/meta-llama/Llama-3.3-70B-Instruct?expand=safetensors, 70,553,706,496 BF16 parameters).
+#   A dense card's active is its total: the input embedding counted.
+# - Qwen3-30B-A3B: "Number of Parameters: 30.5B in total and 3.3B activated", "Number of Paramaters
+#   (Non-Embedding): 29.9B" (huggingface.co/Qwen/Qwen3-30B-A3B model card). 30.5B - 29.9B is the input embedding
+#   and the output head, 0.3B each, so the 3.3B counts the input embedding (without it: about 3.0B).
+# - NVIDIA-Nemotron-3-Nano-30B-A3B: "31.6B total parameters out of which 3.2B are active (3.6B including
+#   embeddings)" (the Nemotron 3 Nano technical report, arXiv 2512.20848, and the Base model's card).
+# - gpt-oss-120b: 116.83B total, 5.13B active; "Unembedding parameters are counted towards active, but not
+#   embeddings" (gpt-oss-120b & gpt-oss-20b model card, arXiv 2508.10925, Table 1).
+# - DeepSeek-V3: "671B total parameters with 37B activated for each token" (DeepSeek-V3 technical report, arXiv
+#   2412.19437); "The total size of DeepSeek-V3 models on Hugging Face is 685B, which includes 671B of the Main Model
+#   weights and 14B of the Multi-Token Prediction (MTP) Module weights" (its README.md); README_WEIGHTS.md: main
+#   model "Activation parameters: 36.6B (including 0.9B for the output Head)", MTP "11.5B unique parameters
+#   (excluding the shared 0.9B Embedding and 0.9B output Head)".
+PUBLISHED = {
+    # repo: (total B, active B without the input embedding, active B with it); None where not published
+    "meta-llama/Llama-3.3-70B-Instruct": (70.6, None, 70.6),
+    "Qwen/Qwen3-30B-A3B": (30.5, None, 3.3),
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (31.6, 3.2, 3.6),
+    "openai/gpt-oss-120b": (116.83, 5.13, None),
+    "deepseek-ai/DeepSeek-V3": (671.0, 37.0, None),
+}
+
+
+# (routed experts E, experts per token k) of each full-size config.json; None for the dense one.
+EXPERTS = {
+    "meta-llama/Llama-3.3-70B-Instruct": None,
+    "Qwen/Qwen3-30B-A3B": (128, 8),
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": (128, 6),
+    "openai/gpt-oss-120b": (128, 4),
+    "deepseek-ai/DeepSeek-V3": (256, 8),
+}
+
+
+@pytest.mark.parametrize("repo_id", list(PUBLISHED))
+def test_full_size_parameters_match_the_published_figures(full_size, repo_id):
+    result, _, _ = full_size[repo_id]
+    architecture, counts = result["architecture"], result["parameters"]
+    total, active, active_with_embedding = PUBLISHED[repo_id]
+    assert architecture["total_params_b"] == pytest.approx(total, rel=0.015)
+    embedding_b = counts["input_embedding"] / 1e9
+    assert embedding_b > 0.3  # each has an untied input embedding of vocab_size x hidden_size
+    assert counts["tied_word_embeddings"] is False
+    if active is not None:
+        assert architecture["active_params_b"] == pytest.approx(active, rel=0.05)
+    if active_with_embedding is not None:
+        assert architecture["active_params_b"] + embedding_b == pytest.approx(active_with_embedding, rel=0.05)
+    # The rule exactly: the total, less the routed experts a token does not use, less the input embedding.
+    unused = 0
+    if EXPERTS[repo_id]:
+        count, top = EXPERTS[repo_id]
+        unused = counts["routed_expert"] * (count - top) // count
+    else:
+        assert counts["routed_expert"] == 0
+    assert counts["active"] == counts["total"] - unused - counts["input_embedding"]
+
+
+def test_full_size_exact_counts_match_the_published_headers(full_size):
+    """Where a checkpoint's exact parameter count is published, the headers built here hold exactly that many."""
+    llama = full_size["meta-llama/Llama-3.3-70B-Instruct"][0]["parameters"]
+    assert llama["total"] == 70_553_706_496  # Hugging Face safetensors metadata (see PUBLISHED)
+    qwen = full_size["Qwen/Qwen3-30B-A3B"][0]["parameters"]
+    assert qwen["total"] == 30_532_122_624  # a public header dump of Qwen3-Coder-30B-A3B-Instruct, the same shapes
+    # DeepSeek-V3(-0324)'s safetensors metadata on the Hub, and a public header dump of DeepSeek-R1 (same layout):
+    # 684,531,386,000 elements in 91,991 tensors, FP8 block scales and the MTP module included.
+    deepseek, model, _ = full_size["deepseek-ai/DeepSeek-V3"]
+    counts = deepseek["parameters"]
+    assert sum(len(tensors) for tensors in model.shards.values()) == 91_991
+    everything = counts["total"] + counts["scale_elements"] + counts["mtp"] + counts["mtp_scale_elements"]
+    assert everything == 684_531_386_000
+    gpt_oss = full_size["openai/gpt-oss-120b"][0]["parameters"]
+    assert gpt_oss["total"] == pytest.approx(116.83e9, rel=5e-5)  # the model card's 116.83B, to its last digit
+
+
+def test_deepseek_v3_mtp_module_is_reported_apart(full_size):
+    result, model, files = full_size["deepseek-ai/DeepSeek-V3"]
+    architecture, counts = result["architecture"], result["parameters"]
+    assert architecture["mtp_layers"] == 1
+    # DeepSeek: 14B of MTP module weights; 11.5B of them its own, besides copies of the 0.9B embedding and head.
+    assert architecture["mtp_params_b"] == pytest.approx(14.0, rel=0.05)
+    own_copies = 2 * model.config["vocab_size"] * model.config["hidden_size"]  # layer 61's embed_tokens, shared_head
+    assert (counts["mtp"] - own_copies) / 1e9 == pytest.approx(11.5, rel=0.015)
+    assert architecture["total_params_b"] + architecture["mtp_params_b"] == pytest.approx(685.0, rel=0.015)
+    # The main model's active figure: README_WEIGHTS.md's 36.6B, output head included.
+    assert architecture["active_params_b"] == pytest.approx(36.6, rel=0.01)
+    # Bytes: the files, less the MTP tensors; the MTP tensors are layer 61's.
+    mtp_bytes = sum(
+        DTYPE_BYTES[dtype] * math.prod(shape)
+        for tensors in model.shards.values()
+        for name, dtype, shape in tensors
+        if name.startswith("model.layers.61.")
+    )
+    assert architecture["mtp_weight_bytes"] == mtp_bytes == counts["mtp_tensor_bytes"]
+    assert architecture["weight_bytes"] == files - mtp_bytes
+    assert architecture["bytes_per_param"] == pytest.approx(architecture["weight_bytes"] / counts["total"], abs=1e-4)
+    assert "MTP tensors" in result["sources"]["weight_bytes"]
+    # The KV cache is the main model's 61 layers, not the MTP layer's.
+    assert architecture["attention_layers"] == 61
+
+
+@pytest.mark.parametrize("repo_id", [repo for repo in PUBLISHED if repo != "deepseek-ai/DeepSeek-V3"])
+def test_full_size_checkpoints_without_mtp_report_none(full_size, repo_id):
+    result, _, files = full_size[repo_id]
+    architecture = result["architecture"]
+    assert (architecture["mtp_layers"], architecture["mtp_params_b"], architecture["mtp_weight_bytes"]) == (0, 0, 0)
+    assert architecture["weight_bytes"] == files
+
+
+# --- which tensors are the input embedding and which an MTP module's (vLLM 0.33's loaders) -------------------------
+
+
+def tensor(name: str, shape: tuple[int, ...] = (8, 4)) -> Tensor:
+    return Tensor(name, "BF16", shape, 2 * math.prod(shape))
+
+
+@pytest.mark.parametrize(
+    ("config", "names", "mtp"),
+    [
+        # deepseek_v2.py / glm4_moe_lite.py: layers num_hidden_layers .. + num_nextn_predict_layers - 1, under the
+        # three prefixes of models/utils.py get_spec_layer_idx_from_weight_name
+        (
+            {"model_type": "deepseek_v3", "num_hidden_layers": 61, "num_nextn_predict_layers": 1},
+            [
+                "model.layers.61.eh_proj.weight",
+                "layers.61.enorm.weight",
+                "model.language_model.layers.61.mlp.experts.0.up_proj.weight",
+                "model.layers.60.mlp.experts.0.up_proj.weight",
+                "model.layers.62.enorm.weight",
+                "model.layers.6.enorm.weight",
+            ],
+            [True, True, True, False, False, False],
+        ),
+        # without num_nextn_predict_layers nothing is an MTP tensor
+        ({"model_type": "deepseek_v3", "num_hidden_layers": 61}, ["model.layers.61.eh_proj.weight"], [False]),
+        # nemotron_h.py: hf_to_vllm_mapper drops every name that starts with "mtp"
+        (
+            {"model_type": "nemotron_h", "num_nextn_predict_layers": 1},
+            [
+                "mtp.layers.0.mixer.q_proj.weight",
+                "mtp.layers.1.mixer.experts.0.up_proj.weight",
+                "backbone.norm_f.weight",
+            ],
+            [True, True, False],
+        ),
+        # qwen3_5.py: "mtp." is dropped, in the text model and the multimodal one alike
+        (
+            {"model_type": "qwen3_5_moe", "text_config": {"model_type": "qwen3_5_moe_text", "num_attention_heads": 4}},
+            [
+                "mtp.fc.weight",
+                "mtp.layers.0.mlp.experts.3.up_proj.weight",
+                "model.language_model.layers.0.mlp.gate.weight",
+            ],
+            [True, True, False],
+        ),
+        # a model whose vLLM class has no MTP rule keeps every tensor
+        ({"model_type": "llama", "num_hidden_layers": 2}, ["model.layers.2.mlp.up_proj.weight"], [False]),
+    ],
+)
+def test_mtp_tensors_are_the_ones_vllm_leaves_out(config, names, mtp):
+    roles = tensor_roles(config)
+    assert [roles.role(tensor(name)) == ROLE_MTP for name in names] == mtp
+
+
+def test_the_input_embedding_is_the_vocab_sized_embedding_table():
+    roles = tensor_roles({"model_type": "nemotron_h", "vocab_size": 8})
+    assert roles.role(tensor("backbone.embeddings.weight")) == ROLE_INPUT_EMBEDDING
+    assert roles.role(tensor("model.embed_tokens.weight")) == ROLE_INPUT_EMBEDDING
+    assert roles.role(tensor("model.embed_tokens.weight", (16, 4))) is None  # not vocab_size rows
+    assert roles.role(tensor("model.visual.pos_embed.weight")) is None
+    assert roles.role(tensor("lm_head.weight")) is None
+    # the role names are the ones safetensors_header.count_parameters acts on
+    assert (ROLE_INPUT_EMBEDDING, ROLE_MTP) == (safetensors_header.INPUT_EMBEDDING, safetensors_header.MTP)
+
+
+@pytest.mark.parametrize(
+    ("tie", "heads", "expected"),
+    [
+        (False, ["lm_head.weight"], False),
+        (True, [], True),  # Qwen3-0.6B: the output head is the embedding table
+        (True, ["lm_head.weight"], False),  # vLLM loads the checkpoint's own head (maybe_untie_word_embeddings)
+        (None, [], True),  # the config does not say; without a head of its own the model can only run tied
+        (None, ["lm_head.weight"], False),
+    ],
+)
+def test_tied_embeddings_as_vllm_decides(tie, heads, expected):
+    config = {"model_type": "llama"} | ({} if tie is None else {"tie_word_embeddings": tie})
+    assert embeddings_tied(tensor_roles(config), heads)[0] is expected
+
+
+def test_a_tied_checkpoint_counts_its_embedding_as_active():
+    assert active_parameters(1000, 0, {"model_type": "llama"}, input_embedding=300, tied=True)[0] == 1000
+    assert active_parameters(1000, 0, {"model_type": "llama"}, input_embedding=300, tied=False)[0] == 700
 
 
 # --- module_utils' KV rules on full-size configs (values from the research notes' hand arithmetic) ---------------
