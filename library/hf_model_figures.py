@@ -74,8 +74,7 @@ attributes:
 notes:
   - The figures are for one node (tensor parallel size 1) and a batch of one. What the KV cache needs for a given
     C(max_model_len), C(max_num_seqs) and C(max_num_batched_tokens) is the planner's arithmetic on these figures
-    (C(full_attention_tokens_per_sequence), C(sliding_window_tokens_per_sequence) in
-    module_utils/model_config_figures.py).
+    (vLLM 0.33's pages and blocks, module_utils/kv_cache_pages.py).
   - vLLM also takes the minimum with C(tokenizer_config.json)'s C(model_max_length); this module does not read it.
 """
 
@@ -126,8 +125,9 @@ architecture:
     - attention_kind - V(full) (K and V per KV head) or V(mla) (one latent vector). full_attention_layers,
       sliding_window_layers, sliding_window (tokens, or null).
     - kv_lora_rank, qk_rope_head_dim - MLA dimensions, null otherwise.
-    - mamba_kind (V(mamba2), V(gated_delta_net) or null), mamba_layers, mamba_state_bytes_per_sequence (the state
-      of all those layers for one sequence, before vLLM pads it to the attention page size).
+    - model_type - config.json's (a hybrid one makes the recipe declare its recurrent layers).
+    - mamba_kind (V(mamba2), V(gated_delta_net) or null), mamba_layers, mamba_dims (config.json's figures that size
+      one layer's state, and ssm_dtype, the SSM state's dtype or V(auto) for the model's; null without such layers).
     - The sample is the scaled-down gpt-oss-shaped test fixture (tests/fixtures/build_figure_models.py).
     - kv_cache_dtype_auto - what C(--kv-cache-dtype auto) means here. kv_cache_dtype - the dtype the next two
       figures are for.
@@ -156,9 +156,10 @@ architecture:
     sliding_window_layers: 2
     kv_lora_rank:
     qk_rope_head_dim:
+    model_type: gpt_oss
     mamba_kind:
     mamba_layers: 0
-    mamba_state_bytes_per_sequence: 0
+    mamba_dims:
     kv_cache_dtype_auto: bfloat16
     kv_cache_dtype: bfloat16
     kv_bytes_per_token: 512

@@ -205,21 +205,39 @@ kv_bytes_per_token:
   sample: 8192
 kv_bytes_per_sequence:
   description:
-    - KV cache bytes one max_model_len sequence needs on each node - the full-attention layers' tokens, plus the
-      sliding-window layers' window and in-flight tokens, plus the Mamba state of a hybrid model.
+    - KV cache bytes one max_model_len sequence takes on each node, in vLLM 0.33's blocks (module_utils/
+      kv_cache_pages.py) - its full-attention tokens, its sliding-window layers' window and in-flight tokens, and a
+      hybrid model's Mamba states (each padded to one attention page, 3 per layer with prefix caching).
   returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 1073741824
 kv_capacity_tokens:
-  description: Tokens the KV cache holds on each node (the longest sequence, after its per-sequence state).
+  description:
+    - vLLM's "KV cache size" in tokens as its start log prints it - RV(max_concurrency) x max_model_len, not the
+      longest single sequence (that is RV(longest_sequence_tokens)).
   returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 3530123
 max_full_length_seqs:
-  description: How many max_model_len sequences the KV cache holds at once.
+  description: How many max_model_len sequences the KV cache holds at once (its blocks, less vLLM's null block).
   returned: when O(recipe) is given (per model in RV(results))
   type: int
   sample: 26
+max_concurrency:
+  description: vLLM's logged "Maximum concurrency for max_model_len tokens per request" (blocks / blocks per request).
+  returned: when O(recipe) is given (per model in RV(results))
+  type: float
+  sample: 26.93
+longest_sequence_tokens:
+  description: The longest single sequence the KV cache admits, at most max_model_len.
+  returned: when O(recipe) is given (per model in RV(results))
+  type: int
+  sample: 131072
+block_size:
+  description: vLLM's KV cache block size in tokens (16; a hybrid model's is raised until a page holds a Mamba state).
+  returned: when O(recipe) is given (per model in RV(results))
+  type: int
+  sample: 16
 os_reserve_gib:
   description: Memory left outside vLLM's share (with O(models), outside all of them), in GiB.
   returned: always
@@ -236,12 +254,14 @@ measured_decode_tok_s:
   type: float
   sample: 23.2
 pool_gib:
-  description: vLLM's share of the node's memory (MemTotal x gpu_memory_utilization), in GiB.
+  description: vLLM's share of the node's memory (ceil(MemTotal x gpu_memory_utilization)), in GiB.
   returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 103.44
 kv_cache_gib:
-  description: What is left of vLLM's share for the KV cache, in GiB.
+  description:
+    - The KV budget as vLLM computes it - its share less the non-KV memory (the weights and O(overhead_gib), an
+      estimate of the activation peak and CUDA-graph memory vLLM measures at start), in GiB.
   returned: when O(recipe) is given (per model in RV(results))
   type: float
   sample: 26.93

@@ -6,13 +6,14 @@ module does the arithmetic before vLLM starts and refuses, with a value that wou
 fit:
 
 - per node (with tensor_parallel_size N each Spark holds 1/N of the weights and of the KV heads):
-  pool = MemTotal x gpu_memory_utilization; KV cache = pool - weights - overhead;
-- the KV rules are vLLM's, defined once in module_utils/model_config_figures.py (library/hf_model_figures measures
-  a model with the very same functions): KV bytes per token = full-attention layers x
-  kv_bytes_per_token_per_layer (2 x KV heads x head_dim x bytes, or one MLA latent vector); one sequence of
-  max_model_len tokens needs that x full_attention_tokens_per_sequence, plus its sliding-window layers' bytes per
-  token x sliding_window_tokens_per_sequence (the window and the tokens in flight, not the whole context), plus the
-  Mamba state of its hybrid layers (mamba_state_bytes_per_sequence);
+  pool = ceil(MemTotal x gpu_memory_utilization); KV cache = pool - weights - overhead;
+- the KV cache as vLLM 0.33 lays it out (module_utils/kv_cache_pages.py: pages of block_size tokens per layer,
+  the layers in groups, a block one page of every layer slot of a group; one max_model_len sequence takes its
+  full-attention tokens, its sliding-window layers' window and tokens in flight, and a hybrid model's Mamba states,
+  each padded to one attention page, 3 per layer with prefix caching), with the per-token bytes of
+  module_utils/model_config_figures.py (library/hf_model_figures measures a model with the very same functions);
+- the KV budget is vLLM's: ceil(MemTotal x utilization) less the weights and the non-KV estimate (overhead_gib),
+  less one null block; vLLM's start log prints the same plan as "KV cache size" and "Maximum concurrency";
 - the OS keeps MemTotal x (1 - gpu_memory_utilization), at least os_reserve_min_gib;
 - decode reads the active weights once per token, so tokens/s <= bandwidth / active weight bytes.
 
@@ -32,18 +33,14 @@ Standard library only, besides module_utils/model_config_figures.py (the KV rule
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ansible.module_utils.model_config_figures import (
-    MLA_STATE_BYTES,
-    AttentionLayout,
-    full_attention_tokens_per_sequence,
-    sliding_window_kv_bytes_per_token,
-    sliding_window_tokens_per_sequence,
-)
+from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_groups, mamba_state_bytes
+from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, AttentionLayout, kv_bytes_per_token_per_layer
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
 from ansible.module_utils.recipe_rules import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
@@ -90,10 +87,14 @@ class PlanInputs:
     full_attention_layers: int | None = None  # None: every attention layer is full attention
     sliding_window: int | None = None
     sliding_window_layers: int = 0
+    dtype: str = "bfloat16"  # the model dtype (a Mamba conv state's)
+    mamba_kind: str | None = None
     mamba_layers: int = 0
-    mamba_state_bytes_per_sequence: int = 0
+    mamba_dims: Mapping[str, Any] | None = None
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
     concurrent_batches: int = 2
+    prefix_caching: bool = True  # vLLM's default; for a hybrid it means Mamba cache mode "align"
+    speculative_tokens: int = 0
     measured_decode_tok_s: float | None = None
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
@@ -123,6 +124,9 @@ class MemoryPlan:
     os_reserve_bytes: float
     decode_bound_tok_s: float
     reasons: tuple[str, ...]
+    groups: CacheGroups
+    max_concurrency: float  # vLLM's logged "Maximum concurrency for max_model_len tokens per request"
+    longest_sequence_tokens: int  # the longest single sequence admitted, at most max_model_len
 
     @property
     def fits(self) -> bool:
@@ -170,6 +174,19 @@ def batching(recipe: Mapping) -> tuple[int, int]:
     return (DEFAULT_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens), batches
 
 
+def speculative_tokens(flags: Mapping) -> int:
+    """num_speculative_tokens of a recipe's speculative-config flag (a mapping or its JSON text); 0 without one.
+    Each speculative token adds a Mamba state page per layer and widens its conv state (kv_cache_pages.py)."""
+    config = flags.get("speculative-config")
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return 0
+    tokens = whole_number(config.get("num_speculative_tokens")) if isinstance(config, Mapping) else None
+    return tokens if isinstance(tokens, int) else 0
+
+
 def build_inputs(
     recipe: object,
     overrides: Mapping | None = None,
@@ -194,6 +211,7 @@ def build_inputs(
         return None, problems
     architecture = recipe["architecture"]
     batched_tokens, batches = batching(recipe)
+    flags = recipe.get("serve_flags") or {}
     measured = (recipe.get("measured") or {}).get("decode_tok_s")
     return PlanInputs(
         name=name,
@@ -215,10 +233,14 @@ def build_inputs(
         full_attention_layers=architecture.get("full_attention_layers"),
         sliding_window=architecture.get("sliding_window"),
         sliding_window_layers=architecture.get("sliding_window_layers") or 0,
+        dtype=architecture["dtype"],
+        mamba_kind=architecture.get("mamba_kind"),
         mamba_layers=architecture.get("mamba_layers") or 0,
-        mamba_state_bytes_per_sequence=architecture.get("mamba_state_bytes_per_sequence") or 0,
+        mamba_dims=architecture.get("mamba_dims"),
         max_num_batched_tokens=batched_tokens,
         concurrent_batches=batches,
+        prefix_caching=flags.get("enable-prefix-caching") is not False,
+        speculative_tokens=speculative_tokens(flags),
         measured_decode_tok_s=None if measured is None else float(measured),
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),
@@ -261,59 +283,84 @@ def kv_bytes_per_token(inputs: PlanInputs) -> int:
     )
 
 
-def sliding_window_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
-    """What the sliding-window layers hold for one sequence on one node: their bytes per token times the tokens a
-    sliding-window layer keeps (the window plus the tokens in flight, at most max_model_len, in blocks)."""
+def cache_layers(inputs: PlanInputs) -> CacheLayers:
+    """The layers that hold cache on one node, as module_utils/kv_cache_pages.py plans them."""
     layout = attention_layout(inputs)
-    if not layout.sliding_window_layers:
-        return 0
-    per_token = sliding_window_kv_bytes_per_token(layout, inputs.kv_cache_dtype_resolved, inputs.tensor_parallel_size)
-    tokens = sliding_window_tokens_per_sequence(
-        layout.sliding_window, max_model_len, inputs.max_num_batched_tokens, inputs.concurrent_batches
+    per_token = kv_bytes_per_token_per_layer(
+        layout.kind, layout.kv_heads, layout.head_dim, inputs.kv_cache_dtype_resolved, inputs.tensor_parallel_size
     )
-    return per_token * tokens
+    state = 0
+    if inputs.mamba_layers:
+        state = mamba_state_bytes(
+            inputs.mamba_kind,
+            inputs.mamba_dims,
+            inputs.dtype,
+            inputs.tensor_parallel_size,
+            inputs.speculative_tokens,
+        )
+    return CacheLayers(
+        attention_bytes_per_token=per_token,
+        full_attention_layers=layout.full_attention_layers,
+        sliding_window_layers=layout.sliding_window_layers,
+        sliding_window=layout.sliding_window,
+        max_in_flight_tokens=inputs.concurrent_batches * inputs.max_num_batched_tokens,
+        mla=layout.kind == "mla",
+        mamba_kind=inputs.mamba_kind,
+        mamba_layers=inputs.mamba_layers,
+        mamba_state_bytes=state,
+        prefix_caching=inputs.prefix_caching,
+        speculative_tokens=inputs.speculative_tokens,
+    )
 
 
-def state_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
-    """What one sequence needs whatever its length: the sliding-window layers' tokens and the Mamba state (the
-    measured state of all Mamba layers, whole model; a lower bound: vLLM pads it to the attention page size)."""
-    return sliding_window_bytes_per_sequence(inputs, max_model_len) + inputs.mamba_state_bytes_per_sequence
+def groups(inputs: PlanInputs, max_model_len: int | None = None) -> CacheGroups:
+    """vLLM's KV cache groups and pages for these inputs at max_model_len (default: the recipe's)."""
+    return cache_groups(cache_layers(inputs), inputs.max_model_len if max_model_len is None else max_model_len)
 
 
 def kv_bytes_per_sequence(inputs: PlanInputs, max_model_len: int) -> int:
-    """The KV cache one sequence of max_model_len tokens needs on one node: the full-attention layers' tokens in
-    whole blocks, plus state_bytes_per_sequence()."""
-    full = kv_bytes_per_token(inputs) * full_attention_tokens_per_sequence(max_model_len)
-    return full + state_bytes_per_sequence(inputs, max_model_len)
+    """The KV cache one sequence of max_model_len tokens takes on one node, in vLLM's blocks: every group's pages
+    (full attention: the tokens; sliding window: the window and the tokens in flight; Mamba: its state pages)."""
+    return groups(inputs, max_model_len).bytes_per_sequence
+
+
+def kv_bytes_needed(inputs: PlanInputs, max_model_len: int) -> int:
+    """The least KV budget that admits one sequence of max_model_len tokens: its blocks and vLLM's null block."""
+    found = groups(inputs, max_model_len)
+    return found.bytes_per_sequence + found.bytes_per_block
 
 
 def pool_bytes(inputs: PlanInputs, utilization: float) -> float:
-    return inputs.memory_total_bytes * utilization
+    """vLLM's requested memory: ceil(total x gpu_memory_utilization) (v1/worker/utils.py request_memory)."""
+    return math.ceil(inputs.memory_total_bytes * utilization)
 
 
 def overhead_bytes(inputs: PlanInputs) -> float:
+    """The non-KV memory beyond the weights that vLLM measures at start (activation peak, CUDA-graph estimate,
+    non-torch allocations; v1/worker/gpu_worker.py determine_available_memory): an estimate, overhead_gib."""
     return inputs.overhead_gib * GIB
 
 
 def kv_cache_bytes(inputs: PlanInputs, utilization: float) -> float:
-    """What is left of vLLM's share for the KV cache; negative when the weights alone do not fit."""
+    """The KV budget as vLLM computes it: requested memory less the non-KV memory (weights and overhead_bytes());
+    negative when the weights alone do not fit."""
     return pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
 
 
 def sequences_held(inputs: PlanInputs, utilization: float) -> int:
-    """How many sequences of max_model_len tokens the KV cache holds at once."""
-    cache = kv_cache_bytes(inputs, utilization)
-    return max(0, math.floor(cache / kv_bytes_per_sequence(inputs, inputs.max_model_len)))
+    """How many sequences of max_model_len tokens the KV cache holds at once (vLLM's blocks less the null block)."""
+    return groups(inputs).sequences_held(max(0.0, kv_cache_bytes(inputs, utilization)))
 
 
 def kv_capacity_tokens(inputs: PlanInputs, utilization: float) -> int:
-    """Tokens of full-attention KV cache, after one sequence's state_bytes_per_sequence(): the longest sequence it
-    holds. A model with no full-attention layer holds any length: then the tokens of its full-length sequences."""
-    cache = kv_cache_bytes(inputs, utilization)
-    per_token = kv_bytes_per_token(inputs)
-    if not per_token:
-        return sequences_held(inputs, utilization) * inputs.max_model_len
-    return max(0, math.floor((cache - state_bytes_per_sequence(inputs, inputs.max_model_len)) / per_token))
+    """vLLM's "KV cache size: N tokens": its maximum concurrency x max_model_len (not one sequence's length)."""
+    return groups(inputs).kv_cache_size_tokens(max(0.0, kv_cache_bytes(inputs, utilization)))
+
+
+def longest_sequence_tokens(inputs: PlanInputs, utilization: float) -> int:
+    """The longest single sequence the KV cache admits, at most max_model_len (vLLM's estimated maximum model
+    length when max_model_len does not fit)."""
+    return groups(inputs).longest_sequence(max(0.0, kv_cache_bytes(inputs, utilization)))
 
 
 def os_reserve_bytes(inputs: PlanInputs, utilization: float) -> float:
@@ -352,7 +399,7 @@ def largest_safe_utilization(inputs: PlanInputs) -> float | None:
 def smallest_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
     """The smallest gpu_memory_utilization (a multiple of 0.01) whose KV cache holds `tokens`; None if below 1
     there is none. Safety is the caller's question."""
-    sequence = kv_bytes_per_sequence(inputs, tokens)
+    sequence = kv_bytes_needed(inputs, tokens)
     needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + sequence
     utilization = max(0.01, hundredths(needed / inputs.memory_total_bytes, up=True))
     while utilization < 1 and kv_cache_bytes(inputs, utilization) < sequence:
@@ -451,15 +498,15 @@ def _weights_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool)
 
 
 def _context_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool) -> str:
-    capacity = kv_capacity_tokens(inputs, utilization)
+    capacity = longest_sequence_tokens(inputs, utilization)
     where = (
         f"at the largest safe gpu_memory_utilization {utilization:.2f}"
         if at_safe_limit
         else f"at gpu_memory_utilization {utilization:.2f}"
     )
     found = (
-        f"{inputs.name}.max_model_len={inputs.max_model_len}: the KV cache holds {capacity:,} tokens {where}, "
-        "less than one full-length sequence"
+        f"{inputs.name}.max_model_len={inputs.max_model_len}: the KV cache admits one sequence of at most "
+        f"{capacity:,} tokens {where}, less than one full-length sequence"
     )
     fixes = []
     shorter = capacity // CONTEXT_STEP * CONTEXT_STEP
@@ -498,42 +545,50 @@ def refusal_reasons(inputs: PlanInputs) -> list[str]:
 
 def plan(inputs: PlanInputs) -> MemoryPlan:
     utilization = inputs.gpu_memory_utilization
-    capacity = kv_capacity_tokens(inputs, utilization)
+    found = groups(inputs)
+    budget = max(0.0, kv_cache_bytes(inputs, utilization))
     return MemoryPlan(
         inputs=inputs,
         weights_bytes=weights_bytes_per_node(inputs),
         kv_bytes_per_token=kv_bytes_per_token(inputs),
-        kv_bytes_per_sequence=kv_bytes_per_sequence(inputs, inputs.max_model_len),
+        kv_bytes_per_sequence=found.bytes_per_sequence,
         pool_bytes=pool_bytes(inputs, utilization),
-        kv_cache_bytes=max(0.0, kv_cache_bytes(inputs, utilization)),
-        kv_capacity_tokens=capacity,
-        max_full_length_seqs=sequences_held(inputs, utilization),
+        kv_cache_bytes=budget,
+        kv_capacity_tokens=found.kv_cache_size_tokens(budget),
+        max_full_length_seqs=found.sequences_held(budget),
         os_reserve_bytes=os_reserve_bytes(inputs, utilization),
         decode_bound_tok_s=decode_bound_tok_s(inputs),
         reasons=tuple(refusal_reasons(inputs)),
+        groups=found,
+        max_concurrency=found.max_concurrency(budget),
+        longest_sequence_tokens=found.longest_sequence(budget),
     )
 
 
 def summary(memory_plan: MemoryPlan) -> str:
-    """One human line: what goes where, and the concurrency and speed to expect."""
+    """One human line: what goes where, the concurrency (in the words of vLLM's own log line) and the speed."""
     inputs = memory_plan.inputs
+    found = memory_plan.groups
     nodes = "" if inputs.tensor_parallel_size == 1 else f" per node of {inputs.tensor_parallel_size}"
     verdict = "fits" if memory_plan.fits else "DOES NOT FIT"
     line = (
-        f"{inputs.name} {verdict}{nodes}: weights {gib_text(memory_plan.weights_bytes)} + overhead "
+        f"{inputs.name} {verdict}{nodes}: weights {gib_text(memory_plan.weights_bytes)} + non-KV estimate "
         f"{gib_text(overhead_bytes(inputs))} + KV cache {gib_text(memory_plan.kv_cache_bytes)} in a "
         f"{gib_text(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
-        f"{gib_text(inputs.memory_total_bytes)}), {gib_text(memory_plan.os_reserve_bytes)} left for the OS; KV cache "
-        f"{memory_plan.kv_capacity_tokens:,} tokens at {memory_plan.kv_bytes_per_token:,} B/token"
+        f"{gib_text(inputs.memory_total_bytes)}), {gib_text(memory_plan.os_reserve_bytes)} left for the OS; one "
+        f"{inputs.max_model_len:,}-token sequence takes {memory_plan.kv_bytes_per_sequence / 2**20:,.1f} MiB "
+        f"({found.blocks_per_request:,} blocks of {found.block_size:,} tokens x {found.bytes_per_block:,} B"
     )
-    state = state_bytes_per_sequence(inputs, inputs.max_model_len)
-    if state:
-        line += f" plus {state / 2**20:,.1f} MiB per sequence ({_state_parts(inputs)})"
-    line += f" = {memory_plan.max_full_length_seqs:,} sequences of {inputs.max_model_len:,} tokens"
+    line += "".join(f"; {note}" for note in (*_state_parts(inputs), *found.notes))
+    line += f") = {memory_plan.max_full_length_seqs:,} sequences of {inputs.max_model_len:,} tokens"
+    line += (
+        f" (vLLM logs: KV cache size {memory_plan.kv_capacity_tokens:,} tokens, maximum concurrency for "
+        f"{inputs.max_model_len:,} tokens per request {memory_plan.max_concurrency:,.2f}x)"
+    )
     if inputs.max_num_seqs > memory_plan.max_full_length_seqs:
         line += (
-            f" (max_num_seqs {inputs.max_num_seqs} is more: fine, vLLM schedules by active context, so that many "
-            "run at once only while their contexts are shorter)"
+            f"; max_num_seqs {inputs.max_num_seqs} is more: fine, vLLM schedules by active context, so that many "
+            "run at once only while their contexts are shorter"
         )
     line += f"; decode at most {memory_plan.decode_bound_tok_s:,.1f} tok/s (bandwidth bound)"
     if inputs.measured_decode_tok_s is not None:
@@ -541,14 +596,15 @@ def summary(memory_plan: MemoryPlan) -> str:
     return line
 
 
-def _state_parts(inputs: PlanInputs) -> str:
-    """What the per-sequence state is made of, for the summary."""
+def _state_parts(inputs: PlanInputs) -> list[str]:
+    """What a sequence holds besides its tokens, for the summary."""
     parts = []
     if inputs.sliding_window_layers:
-        parts.append(f"{inputs.sliding_window_layers} sliding-window layers of {inputs.sliding_window:,} tokens")
-    if inputs.mamba_state_bytes_per_sequence:
-        parts.append(f"{inputs.mamba_layers} Mamba layers' state")
-    return " and ".join(parts)
+        parts.append(f"{inputs.sliding_window_layers} sliding-window layers keep {inputs.sliding_window:,} tokens")
+    if inputs.mamba_layers:
+        mode = "align mode (prefix caching)" if inputs.prefix_caching else "no prefix caching"
+        parts.append(f"{inputs.mamba_layers} {inputs.mamba_kind} layers keep their state, {mode}")
+    return parts
 
 
 def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
@@ -560,6 +616,9 @@ def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
         "kv_bytes_per_sequence": memory_plan.kv_bytes_per_sequence,
         "kv_capacity_tokens": memory_plan.kv_capacity_tokens,
         "max_full_length_seqs": memory_plan.max_full_length_seqs,
+        "max_concurrency": round(memory_plan.max_concurrency, 2),
+        "longest_sequence_tokens": memory_plan.longest_sequence_tokens,
+        "block_size": memory_plan.groups.block_size,
         "os_reserve_gib": round(memory_plan.os_reserve_bytes / GIB, 2),
         "decode_bound_tok_s": round(memory_plan.decode_bound_tok_s, 1),
         "measured_decode_tok_s": inputs.measured_decode_tok_s,
@@ -585,6 +644,9 @@ def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
         "kv_bytes_per_sequence",
         "kv_capacity_tokens",
         "max_full_length_seqs",
+        "max_concurrency",
+        "longest_sequence_tokens",
+        "block_size",
         "os_reserve_gib",
         "decode_bound_tok_s",
         "measured_decode_tok_s",

@@ -82,6 +82,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible.module_utils.kv_cache_pages import SSM_DTYPES, mamba_state_bytes
+
 CONFIG = "config.json"
 HF_QUANT_CONFIG = "hf_quant_config.json"
 
@@ -413,7 +415,7 @@ def _mamba2_dims(text: Keys, sources: dict[str, str]) -> dict[str, Any]:
     ssm = text.value("mamba_ssm_cache_dtype")
     dims["ssm_dtype"] = "float32" if ssm is None else ssm
     ssm_source = text.where("mamba_ssm_cache_dtype") if ssm is not None else "float32 (vLLM's NemotronH default)"
-    sources["mamba_state_bytes_per_sequence"] = (
+    sources["mamba_dims"] = (
         f"{text.where('mamba_num_heads')}, mamba_head_dim, n_groups, ssm_state_size, conv_kernel; SSM state "
         f"dtype {ssm_source}; conv state in the model dtype (vLLM mamba_utils.py mamba2_state_shape)"
     )
@@ -431,7 +433,7 @@ def _gdn_dims(text: Keys, sources: dict[str, str]) -> dict[str, Any]:
     dims: dict[str, Any] = {key: text.integer(key) for key in keys}
     dims["ssm_dtype"] = text.value("mamba_ssm_dtype")  # None: the model dtype
     ssm_source = text.where("mamba_ssm_dtype") if dims["ssm_dtype"] is not None else "the model dtype"
-    sources["mamba_state_bytes_per_sequence"] = (
+    sources["mamba_dims"] = (
         f"{text.where('linear_num_key_heads')}, linear_num_value_heads, linear_key_head_dim, "
         f"linear_value_head_dim, linear_conv_kernel_dim; recurrent state dtype {ssm_source} (vLLM mamba_utils.py "
         "gated_delta_net_state_shape)"
@@ -589,62 +591,32 @@ def kv_bytes_per_token(layout: AttentionLayout, kv_cache_dtype: str, tp: int = 1
 
 
 def sliding_window_kv_bytes_per_token(layout: AttentionLayout, kv_cache_dtype: str, tp: int = 1) -> int:
-    """Bytes per token over the sliding-window layers; they hold only the last tokens of a sequence
-    (sliding_window_tokens_per_sequence)."""
+    """Bytes per token over the sliding-window layers; they hold only the last tokens of a sequence (how many:
+    module_utils/kv_cache_pages.py)."""
     per_layer = kv_bytes_per_token_per_layer(layout.kind, layout.kv_heads, layout.head_dim, kv_cache_dtype, tp)
     return layout.sliding_window_layers * per_layer
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def full_attention_tokens_per_sequence(max_model_len: int, block_size: int = 16) -> int:
-    """Tokens a full-attention layer reserves for one sequence: max_model_len in whole blocks
-    (FullAttentionSpec.max_memory_usage_bytes)."""
-    return _cdiv(max_model_len, block_size) * block_size
-
-
-def sliding_window_tokens_per_sequence(
-    sliding_window: int,
-    max_model_len: int,
-    max_num_batched_tokens: int,
-    concurrent_batches: int = 1,
-    block_size: int = 16,
-    extra_retained_tokens: int = 0,
-) -> int:
-    """Tokens a sliding-window layer holds for one sequence at most: the window, the tokens in flight
-    (concurrent_batches = 2 with async scheduling) and one block more, never more than max_model_len plus a
-    block (SlidingWindowSpec.max_admission_blocks_per_request)."""
-    in_flight = concurrent_batches * max_num_batched_tokens
-    tokens = min(sliding_window - 1 + extra_retained_tokens + in_flight, max_model_len)
-    return (_cdiv(tokens, block_size) + 1) * block_size
+def recipe_mamba_dims(layout: AttentionLayout) -> dict[str, Any] | None:
+    """The recipe's mamba_dims: config.json's figures of the Mamba-2 / Gated DeltaNet layers and the SSM state's
+    dtype by name ("auto": the model's), the way module_utils/kv_cache_pages.py reads them; None without such
+    layers."""
+    if not layout.mamba_kind:
+        return None
+    dims = dict(layout.mamba_dims)
+    ssm_dtype = dims.get("ssm_dtype") or "auto"
+    name = ssm_dtype if ssm_dtype == "auto" else CONFIG_DTYPE_NAMES.get(ssm_dtype, ssm_dtype)
+    if name not in SSM_DTYPES:
+        raise FiguresError(f"mamba SSM cache dtype {ssm_dtype!r} is not one of {', '.join(SSM_DTYPES)}")
+    dims["ssm_dtype"] = name
+    return dims
 
 
 def mamba_state_bytes_per_layer(layout: AttentionLayout, model_dtype: str) -> int:
     """One Mamba-2 / Gated DeltaNet layer's state for one sequence (conv + SSM state), tensor parallel size 1, no
-    speculative tokens, before vLLM pads it to the attention page size."""
-    if not layout.mamba_kind:
-        return 0
-    dims = layout.mamba_dims
-    conv_bytes = MODEL_DTYPE_BYTES[model_dtype]
-    ssm_dtype = dims.get("ssm_dtype") or "auto"
-    ssm_bytes = conv_bytes if ssm_dtype == "auto" else MODEL_DTYPE_BYTES.get(CONFIG_DTYPE_NAMES.get(ssm_dtype, ""))
-    if ssm_bytes is None:
-        raise FiguresError(f"mamba SSM cache dtype {ssm_dtype!r} is not one of auto, bfloat16, float16, float32")
-    if layout.mamba_kind == "mamba2":
-        intermediate = dims["mamba_num_heads"] * dims["mamba_head_dim"]
-        conv_dim = intermediate + 2 * dims["n_groups"] * dims["ssm_state_size"]
-        conv = conv_dim * (dims["conv_kernel"] - 1) * conv_bytes
-        ssm = dims["mamba_num_heads"] * dims["mamba_head_dim"] * dims["ssm_state_size"] * ssm_bytes
-        return conv + ssm
-    conv_dim = (
-        dims["linear_key_head_dim"] * dims["linear_num_key_heads"] * 2
-        + dims["linear_value_head_dim"] * dims["linear_num_value_heads"]
-    )
-    conv = conv_dim * (dims["linear_conv_kernel_dim"] - 1) * conv_bytes
-    ssm = dims["linear_num_value_heads"] * dims["linear_value_head_dim"] * dims["linear_key_head_dim"] * ssm_bytes
-    return conv + ssm
+    speculative tokens, before vLLM pads it to the attention page size (kv_cache_pages.mamba_state_bytes)."""
+    dims = recipe_mamba_dims(layout)
+    return 0 if dims is None else mamba_state_bytes(layout.mamba_kind, dims, model_dtype)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1063,7 +1035,7 @@ def architecture_figures(
     elif mtp_tensors and not roles.mtp_layers:
         warnings.append(f"{mtp_tensors} tensors under mtp but {roles.mtp_source}: they are left out as vLLM does")
     weight_bytes = int(weights["bytes"]) - mtp_bytes
-    mamba_layer_bytes = mamba_state_bytes_per_layer(layout, dtype)
+    mamba_dims = recipe_mamba_dims(layout)
     architecture = {
         "total_params_b": total / 1e9,
         "active_params_b": active / 1e9,
@@ -1084,9 +1056,10 @@ def architecture_figures(
         "sliding_window_layers": layout.sliding_window_layers,
         "kv_lora_rank": layout.kv_lora_rank,
         "qk_rope_head_dim": layout.qk_rope_head_dim,
+        "model_type": layout.model_type,
         "mamba_kind": layout.mamba_kind,
         "mamba_layers": layout.mamba_layers,
-        "mamba_state_bytes_per_sequence": layout.mamba_layers * mamba_layer_bytes,
+        "mamba_dims": mamba_dims,
         "kv_cache_dtype_auto": auto,
         "kv_cache_dtype": kv_dtype,
         "kv_bytes_per_token": kv_bytes_per_token(layout, kv_dtype),
@@ -1137,9 +1110,10 @@ def architecture_figures(
         sources["sliding_window_layers"] = "none: no sliding_window in config.json for this model's layers"
         sources["sliding_window"] = sources["sliding_window_layers"]
     sources.setdefault("sliding_window_layers", sources.get("attention_layers", ""))
+    sources["model_type"] = layout.sources.get("attention_kind", f"{CONFIG}:model_type")
     if layout.mamba_kind is None:
         none = f"none: a {layout.model_type!r} model has no Mamba or linear-attention layers"
-        sources.update(mamba_layers=none, mamba_state_bytes_per_sequence=none)
+        sources.update(mamba_layers=none, mamba_dims=none)
     sources["kv_cache_dtype"] = (
         "kv_cache_dtype auto, resolved as kv_cache_dtype_auto"
         if kv_cache_dtype == "auto"

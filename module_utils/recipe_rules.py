@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ansible.module_utils import input_rules
+from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
     KV_CACHE_DTYPE_BYTES,
     MLA_STATE_BYTES,
@@ -68,6 +69,16 @@ ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context"
 ATTENTION_KINDS = ("full", "mla")
 ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers")
 MAMBA_KINDS = ("mamba2", "gated_delta_net")
+# The hybrid model types (config.json model_type) and the recurrent layers vLLM builds for them
+# (model_executor/models/nemotron_h.py, qwen3_5.py, qwen3_next.py): a recipe naming one must declare them.
+HYBRID_MODEL_TYPES = {
+    "nemotron_h": "mamba2",
+    "qwen3_5": "gated_delta_net",
+    "qwen3_5_text": "gated_delta_net",
+    "qwen3_5_moe": "gated_delta_net",
+    "qwen3_5_moe_text": "gated_delta_net",
+    "qwen3_next": "gated_delta_net",
+}
 # What kv_cache_dtype "auto" may resolve to for a checkpoint (the model dtype, or a ModelOpt checkpoint's FP8).
 KV_CACHE_DTYPES_AUTO = ("bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PUBLISHED_EVAL_COUNTS = ("prompt_tokens", "output_tokens")
@@ -392,6 +403,15 @@ def _kv_layout_problems(recipe: Mapping, label: str) -> list[str]:
     an MLA-only layout on a model without multi-head latent attention."""
     architecture = recipe["architecture"]
     kind = architecture.get("attention_kind", "full")
+    dtype = resolved_kv_cache_dtype(recipe)
+    if kind == "mla" and dtype in MLA_STATE_BYTES:
+        return [
+            f"{label}.kv_cache_dtype={recipe['kv_cache_dtype']!r}: vLLM 0.33 offers {dtype} only in its sparse-MLA "
+            "backends (DeepSeek-V3.2-style models with an indexer); on a Spark (compute capability 12.x) a dense MLA "
+            "model runs TRITON_MLA, which takes auto, bfloat16, float16, fp8 and fp8_e4m3 "
+            "(platforms/cuda.py _get_backend_priorities, v1/attention/backends/mla/triton_mla.py): use fp8 for half "
+            "the KV bytes"
+        ]
     try:
         kv_bytes_per_token_per_layer(
             kind, architecture["kv_heads"], architecture["head_dim"], resolved_kv_cache_dtype(recipe)
@@ -419,11 +439,16 @@ def _attention_problems(architecture: Mapping, label: str) -> list[str]:
     for key in ("sliding_window", "kv_lora_rank", "qk_rope_head_dim"):
         if get(key) is not None and not _positive_int(get(key)):
             problems.append(f"{label}.{key}={get(key)!r}: expected a positive integer (or null)")
-    state = get("mamba_state_bytes_per_sequence")
-    if state is not None and not (_is_int(state) and state >= 0):
-        problems.append(f"{label}.mamba_state_bytes_per_sequence={state!r}: expected a whole number of bytes")
+    if get("mamba_state_bytes_per_sequence") is not None:
+        problems.append(
+            f"{label}.mamba_state_bytes_per_sequence: replaced by mamba_dims (vLLM pads and multiplies the state "
+            "per layer, so the planner sizes it from the dimensions; library/hf_model_figures measures them)"
+        )
     if get("mamba_kind") is not None and get("mamba_kind") not in MAMBA_KINDS:
         problems.append(f"{label}.mamba_kind={get('mamba_kind')!r}: expected one of {', '.join(MAMBA_KINDS)} or null")
+    model_type = get("model_type")
+    if model_type is not None and not (isinstance(model_type, str) and model_type):
+        problems.append(f"{label}.model_type={model_type!r}: expected config.json's model_type, e.g. nemotron_h")
     auto = get("kv_cache_dtype_auto")
     if auto is not None and auto not in KV_CACHE_DTYPES_AUTO:
         problems.append(
@@ -453,11 +478,7 @@ def _attention_consistency(architecture: Mapping, label: str, kind: str) -> list
         problems.append(
             f"{label}.sliding_window is missing: {sliding} sliding_window_layers need the window, in tokens"
         )
-    if get("mamba_layers") and not get("mamba_state_bytes_per_sequence"):
-        problems.append(
-            f"{label}.mamba_state_bytes_per_sequence is missing: {get('mamba_layers')} mamba_layers keep a state per "
-            "sequence (library/hf_model_figures measures it)"
-        )
+    problems += _recurrent_problems(architecture, label)
     if kind == "mla":
         rank, rope = get("kv_lora_rank"), get("qk_rope_head_dim")
         if rank is None or rope is None:
@@ -471,6 +492,26 @@ def _attention_consistency(architecture: Mapping, label: str, kind: str) -> list
     elif get("kv_lora_rank") is not None:
         problems.append(f"{label}.kv_lora_rank={get('kv_lora_rank')}: only for attention_kind mla")
     return problems
+
+
+def _recurrent_problems(architecture: Mapping, label: str) -> list[str]:
+    """A hybrid model's recurrent (Mamba-2 / Gated DeltaNet) layers: declared whenever its model_type is a hybrid
+    one, each with the dimensions vLLM sizes its state from (module_utils/kv_cache_pages.py)."""
+    get = architecture.get
+    layers, kind, model_type = get("mamba_layers") or 0, get("mamba_kind"), get("model_type")
+    if model_type in HYBRID_MODEL_TYPES and not layers:
+        return [
+            f"{label}.mamba_layers is missing: a {model_type!r} model has {HYBRID_MODEL_TYPES[model_type]} layers "
+            "that keep a state per sequence; declare mamba_kind, mamba_layers and mamba_dims from config.json "
+            "(library/hf_model_figures measures them)"
+        ]
+    if model_type in HYBRID_MODEL_TYPES and kind is not None and kind != HYBRID_MODEL_TYPES[model_type]:
+        return [f"{label}.mamba_kind={kind!r}: a {model_type!r} model's layers are {HYBRID_MODEL_TYPES[model_type]}"]
+    if not layers:
+        if kind is not None or get("mamba_dims") is not None:
+            return [f"{label}: mamba_kind / mamba_dims without mamba_layers: how many layers keep that state?"]
+        return []
+    return mamba_dims_problems(kind, get("mamba_dims"), label)
 
 
 # --- the flag list of the pinned vLLM ------------------------------------------------------------------------

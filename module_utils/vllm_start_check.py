@@ -1,8 +1,12 @@
 """Plain functions behind the vllm_start_memory module: right before vLLM units (re)start, is the memory their
 shares need free on the host now?
 
-vLLM refuses to start unless the free memory at start is at least gpu_memory_utilization x total, and on a GB10
-"free" is close to MemFree, so page cache counts as used (vllm#48140). The units restart one after another in
+vLLM refuses to start unless the free memory at start is at least ceil(gpu_memory_utilization x total)
+(v1/worker/utils.py request_memory). On an integrated GPU vLLM 0.33 reads "free" as psutil's available memory,
+MemAvailable, and names the DGX Spark (utils/mem_utils.py MemorySnapshot.measure); earlier releases read
+cudaMemGetInfo, close to MemFree (vllm#48140). This check is stricter than 0.33 when the page cache is not dropped:
+it then counts MemFree, because MemAvailable includes page cache the kernel must first reclaim, and reclaiming it
+under the weight load's pressure is where a Spark freezes (spark-facts.md). The units restart one after another in
 the order of vllm_server_models, and each one's start check can run before the next one has stopped, so every
 step must fit on its own:
 
@@ -117,7 +121,11 @@ def start_check(
     cache is (or will be) dropped before each start, so MemAvailable is what vLLM finds free, else MemFree."""
     total = memory["mem_total_bytes"]
     free = memory["mem_available_bytes"] if use_available else memory["mem_free_bytes"]
-    free_source = "MemAvailable" if use_available else "MemFree (the page cache is not dropped)"
+    free_source = (
+        "MemAvailable"
+        if use_available
+        else "MemFree (the page cache is not dropped; stricter than vLLM's MemAvailable)"
+    )
     in_use = max(0, total - free)
     margin = margin_gib * GIB
     freed = needed = 0.0

@@ -23,6 +23,7 @@ import pytest
 import safetensors_header
 from helpers import ROOT, hf_standin
 from hf_model_measure import measure
+from kv_cache_pages import mamba_state_bytes
 from model_config_figures import (
     ROLE_INPUT_EMBEDDING,
     ROLE_MTP,
@@ -30,12 +31,10 @@ from model_config_figures import (
     active_parameters,
     attention_layout,
     embeddings_tied,
-    full_attention_tokens_per_sequence,
     kv_bytes_per_token,
     mamba_state_bytes_per_layer,
     max_context,
     sliding_window_kv_bytes_per_token,
-    sliding_window_tokens_per_sequence,
     tensor_roles,
 )
 from safetensors_header import HeaderError, Tensor, parse_header, weight_files
@@ -170,7 +169,7 @@ def no_extras() -> dict:
         "qk_rope_head_dim": None,
         "mamba_kind": None,
         "mamba_layers": 0,
-        "mamba_state_bytes_per_sequence": 0,
+        "mamba_dims": None,
         "sliding_window_kv_bytes_per_token": 0,
     }
 
@@ -231,7 +230,12 @@ def expected_nemotron_h(c: dict) -> dict:
         "attention_kind": "full",
         "mamba_kind": "mamba2",
         "mamba_layers": mamba,
-        "mamba_state_bytes_per_sequence": mamba * (conv_state + ssm_state),
+        "mamba_dims": {
+            **{key: c[key] for key in ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size")},
+            "conv_kernel": c["conv_kernel"],
+            "ssm_dtype": "float32",
+        },
+        "_mamba_state_bytes_per_layer": conv_state + ssm_state,
         # hf_quant_config.json says kv_cache_quant_algo FP8: vLLM's "auto" is then fp8_e4m3, one byte
         "kv_cache_dtype_auto": "fp8_e4m3",
         "kv_cache_dtype": "fp8_e4m3",
@@ -302,7 +306,18 @@ def expected_qwen3_5(c: dict) -> dict:
         "attention_kind": "full",
         "mamba_kind": "gated_delta_net",
         "mamba_layers": linear,
-        "mamba_state_bytes_per_sequence": linear * (conv_state + recurrent),
+        "mamba_dims": {
+            key: t[key]
+            for key in (
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+            )
+        }
+        | {"ssm_dtype": "auto"},
+        "_mamba_state_bytes_per_layer": conv_state + recurrent,
         "kv_cache_dtype_auto": "bfloat16",
         "kv_cache_dtype": "bfloat16",
         "kv_bytes_per_token": 2 * attention * t["num_key_value_heads"] * t["head_dim"] * 2,
@@ -347,6 +362,7 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
     expect, packed = CASES[repo_id]
     expected = expect(model.config)
     experts, top = expected.pop("experts")
+    state_bytes = expected.pop("_mamba_state_bytes_per_layer", 0)
     counted, sizes = parameters(model, packed), tensor_bytes(model)
     total, routed = counted["total"], counted["routed"]
     # Read per decoded token: k of E routed experts, and not the input embedding (one row of it) unless it is tied
@@ -379,8 +395,15 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
     assert architecture["bytes_per_param"] == pytest.approx(size / total, abs=1e-4)
     for key, value in expected.items():
         assert architecture[key] == value, key
+    # the Mamba dims as kv_cache_pages sizes a state: the config's conv and SSM state, from the dims alone
+    dims = architecture["mamba_dims"]
+    assert (dims and mamba_state_bytes(architecture["mamba_kind"], dims, architecture["dtype"])) == (
+        state_bytes or None
+    )
+    assert architecture["model_type"] == (model.config.get("text_config") or model.config)["model_type"]
     assert set(architecture) == {
         *expected,
+        "model_type",
         "total_params_b",
         "active_params_b",
         "bytes_per_param",
@@ -869,16 +892,6 @@ def test_tensor_parallel_splits_gqa_heads_but_not_the_mla_latent():
     assert kv_bytes_per_token(llama, "bfloat16", tp=2) == 65_536
     assert kv_bytes_per_token(llama, "bfloat16", tp=16) == 32 * 2 * 1 * 128 * 2  # fewer heads than ranks: one each
     assert kv_bytes_per_token(mla, "bfloat16", tp=2) == 31_104
-
-
-def test_tokens_held_per_sequence_follow_vllms_block_rules():
-    # full attention: whole 16-token blocks up to max_model_len
-    assert full_attention_tokens_per_sequence(131_072) == 131_072
-    assert full_attention_tokens_per_sequence(1000) == 1008
-    # sliding window 128, async scheduling (2 batches) of 2048 tokens: min(127 + 4096, L) -> 264 blocks, + 1
-    assert sliding_window_tokens_per_sequence(128, 131_072, 2048, concurrent_batches=2) == 265 * 16
-    # never more than max_model_len (plus the extra block)
-    assert sliding_window_tokens_per_sequence(128, 1000, 2048) == (63 + 1) * 16
 
 
 def test_a_qwen_sliding_window_in_use_is_refused():

@@ -228,7 +228,16 @@ def test_nemotron_carries_the_published_evaluation():
             "attention_kind mla stores one latent vector per token and layer, so kv_heads must be 1",
         ),
         ({"architecture": {"attention_kind": "mla"}}, "attention_kind mla needs kv_lora_rank and qk_rope_head_dim"),
-        ({"architecture": {"mamba_layers": 23}}, "label.architecture.mamba_state_bytes_per_sequence is missing"),
+        ({"architecture": {"mamba_layers": 23}}, "label.architecture.mamba_kind=None: expected one of mamba2"),
+        (
+            {"architecture": {"mamba_layers": 23, "mamba_kind": "mamba2"}},
+            "label.architecture.mamba_dims is missing: a mamba2 layer's state is sized from mamba_num_heads",
+        ),
+        ({"architecture": {"model_type": "qwen3_5_moe_text"}}, "label.architecture.mamba_layers is missing: a"),
+        (
+            {"architecture": {"mamba_state_bytes_per_sequence": 49082368}},
+            "label.architecture.mamba_state_bytes_per_sequence: replaced by mamba_dims",
+        ),
         ({"architecture": {"kv_cache_dtype_auto": "nvfp4"}}, "label.architecture.kv_cache_dtype_auto='nvfp4'"),
         ({"measured": {"decode_tok_s": 20}}, "label.measured.source is missing: say where the figure was"),
         ({"published_eval": {"source": "blog", "rows": []}}, "label.published_eval: expected a mapping with"),

@@ -180,7 +180,9 @@ def test_fp8_kv_cache_halves_bytes_per_token_and_doubles_capacity():
     auto = plan(inputs_of(LLAMA_70B_NVFP4))
     fp8 = plan(inputs_of(LLAMA_70B_NVFP4, {"kv_cache_dtype": "fp8"}))
     assert fp8.kv_bytes_per_token * 2 == auto.kv_bytes_per_token
-    assert fp8.kv_capacity_tokens in (2 * auto.kv_capacity_tokens, 2 * auto.kv_capacity_tokens + 1)
+    # twice the blocks of half the size (one block of the two budgets' remainders apart)
+    assert abs(fp8.groups.num_blocks(fp8.kv_cache_bytes) - 2 * auto.groups.num_blocks(auto.kv_cache_bytes)) <= 1
+    assert fp8.max_full_length_seqs in (2 * auto.max_full_length_seqs, 2 * auto.max_full_length_seqs + 1)
 
 
 def test_tensor_parallel_2_halves_the_weights_per_node():
@@ -236,11 +238,15 @@ def test_bf16_70b_does_not_fit_one_spark_and_the_reason_suggests_two_sparks():
 def test_a_short_kv_cache_is_refused_in_the_documented_words():
     memory_plan = plan(inputs_of(LLAMA_70B_NVFP4, {"gpu_memory_utilization": 0.5}))
     (reason,) = memory_plan.reasons
-    capacity = memory_plan.kv_capacity_tokens
+    capacity = memory_plan.longest_sequence_tokens
+    # the longest sequence vLLM would admit: whole 16-token blocks of 80 layers x 2 KV x 8 heads x 128 x 2 B, beside
+    # the null block
+    per_block = 80 * 2 * 8 * 128 * 2 * 16
+    assert capacity == (int(memory_plan.kv_cache_bytes) // per_block - 1) * 16 < 131_072
     assert reason == (
-        f"{LABEL}.max_model_len=131072: the KV cache holds {capacity:,} tokens at gpu_memory_utilization 0.50, "
-        f"less than one full-length sequence; set max_model_len to {capacity // 1024 * 1024} or lower, or "
-        "gpu_memory_utilization to 0.68"
+        f"{LABEL}.max_model_len=131072: the KV cache admits one sequence of at most {capacity:,} tokens at "
+        f"gpu_memory_utilization 0.50, less than one full-length sequence; set max_model_len to "
+        f"{capacity // 1024 * 1024} or lower, or gpu_memory_utilization to 0.68"
     )
 
 
@@ -680,9 +686,12 @@ def test_gpt_oss_counts_18_full_layers_per_token_and_the_window_per_sequence():
     assert memory_plan.kv_bytes_per_sequence == 131_072 * per_token + sliding == 4_988_141_568
     assert memory_plan.kv_bytes_per_sequence < 131_072 * 73_728  # what counting 36 full layers gave
     cache = memory_plan.kv_cache_bytes
-    assert memory_plan.max_full_length_seqs == int(cache // 4_988_141_568)
-    assert memory_plan.kv_capacity_tokens == int((cache - sliding) // per_token)
-    assert "plus 149.1 MiB per sequence (18 sliding-window layers of 128 tokens)" in as_dict(memory_plan)["summary"]
+    per_block = 18 * 2 * 8 * 64 * 2 * 16  # a block is one 16-token page of each of the 18 layers of a group
+    blocks = 2 * (8192 + 265)  # the full group's 131,072 tokens and the sliding group's 265 blocks
+    assert memory_plan.groups.blocks_per_request * per_block == memory_plan.kv_bytes_per_sequence
+    assert memory_plan.max_full_length_seqs == (int(cache // per_block) - 1) // (blocks // 2)  # less the null block
+    assert memory_plan.kv_capacity_tokens == int(int(cache // per_block) / (blocks // 2) * 131_072)
+    assert "18 sliding-window layers keep 128 tokens" in as_dict(memory_plan)["summary"]
 
 
 @pytest.mark.parametrize(
@@ -711,25 +720,55 @@ def test_mla_stores_one_latent_vector_not_split_by_tensor_parallelism():
     assert plan(inputs_of(DEEPSEEK_V2_LITE)).kv_bytes_per_token == per_token
     assert plan(inputs_of({**DEEPSEEK_V2_LITE, "tensor_parallel_size": 2})).kv_bytes_per_token == per_token
     assert plan(inputs_of(DEEPSEEK_V2_LITE, {"kv_cache_dtype": "fp8"})).kv_bytes_per_token == per_token // 2
-    assert plan(inputs_of(DEEPSEEK_V2_LITE, {"kv_cache_dtype": "fp8_ds_mla"})).kv_bytes_per_token == 27 * 656
+    # fp8_ds_mla is a sparse-MLA backend's layout: a dense MLA model has no backend for it on a Spark
+    (problem,) = problems_of(DEEPSEEK_V2_LITE, {"kv_cache_dtype": "fp8_ds_mla"})
+    assert "only in its sparse-MLA backends" in problem and "use fp8" in problem
     memory_plan = plan(inputs_of(DEEPSEEK_V2_LITE))
     assert memory_plan.kv_bytes_per_sequence == 32_768 * per_token
     # the naive formula, 2 x 27 layers x 16 heads x 192, would be 331,776 B/token: 10.7 times too much
     assert memory_plan.fits, memory_plan.reasons
 
 
-def test_mamba_state_is_needed_once_per_sequence():
+NANO_MAMBA = {"mamba_num_heads": 64, "mamba_head_dim": 64, "n_groups": 8, "ssm_state_size": 128, "conv_kernel": 4}
+
+
+@pytest.mark.parametrize(
+    ("serve_flags", "block_size", "mamba_pages"),
+    [
+        ({}, 2096, 3),  # prefix caching on (vLLM's default): align mode, 2 states + 1 prefill checkpoint per layer
+        ({"enable-prefix-caching": False}, 2096, 1),
+        ({"speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}, 2112, 5),  # + 1 page per token
+    ],
+    ids=["prefix-caching", "no-prefix-caching", "two-speculative-tokens"],
+)
+def test_a_mamba_state_takes_whole_attention_pages(serve_flags, block_size, mamba_pages):
     # Nemotron-3-Nano-30B-A3B's shape: 6 attention layers (2 KV heads of 128), 23 Mamba-2 layers of 2,134,016 B
     recipe = with_architecture(
-        {**NEMOTRON, "max_model_len": 262144},
+        {**NEMOTRON, "max_model_len": 262144, "serve_flags": serve_flags},
         attention_layers=6,
+        model_type="nemotron_h",
+        mamba_kind="mamba2",
         mamba_layers=23,
-        mamba_state_bytes_per_sequence=23 * 2_134_016,
+        mamba_dims={**NANO_MAMBA, "ssm_dtype": "float32"},
     )
     memory_plan = plan(inputs_of(recipe))
-    assert memory_plan.kv_bytes_per_token == 6 * 2 * 2 * 128 * 2 == 6_144
-    assert memory_plan.kv_bytes_per_sequence == 262_144 * 6_144 + 49_082_368
-    assert "23 Mamba layers' state" in as_dict(memory_plan)["summary"]
+    per_token = 2 * 2 * 128 * 2  # one attention layer, bf16
+    assert memory_plan.kv_bytes_per_token == 6 * per_token == 6_144
+    assert memory_plan.groups.block_size == block_size  # one page of block_size tokens holds a Mamba state
+    page = block_size * per_token
+    # 23 Mamba layers in 4 groups of 6 slots (one padded), the 6 attention layers in one
+    blocks = -(-262_144 // block_size) + 4 * mamba_pages
+    assert memory_plan.kv_bytes_per_sequence == blocks * 6 * page
+    assert memory_plan.kv_bytes_per_sequence > 262_144 * 6_144 + 23 * 2_134_016  # the old, unpadded rule
+
+
+def test_a_hybrid_model_type_without_its_recurrent_layers_is_refused():
+    (problem,) = problems_of(with_architecture(NEMOTRON, model_type="nemotron_h"))
+    assert "mamba_layers is missing: a 'nemotron_h' model has mamba2 layers" in problem
+    problems = problems_of(
+        with_architecture(NEMOTRON, model_type="nemotron_h", mamba_kind="mamba2", mamba_layers=23, mamba_dims={})
+    )
+    assert any("mamba_dims.ssm_state_size=None" in problem for problem in problems)
 
 
 def test_kv_cache_dtype_auto_follows_the_checkpoint():
@@ -796,7 +835,8 @@ def planned_from(architecture: dict, **recipe: object) -> PlanInputs:
 @pytest.mark.parametrize("kv_cache_dtype", FIGURE_DTYPES)
 @pytest.mark.parametrize("repo_id", FIGURE_REPOS)
 def test_the_planner_and_the_module_agree(measured, repo_id, kv_cache_dtype):
-    from model_config_figures import attention_layout, full_attention_tokens_per_sequence
+    from kv_cache_pages import mamba_state_bytes
+    from model_config_figures import attention_layout
     from model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
     from recipe_rules import schema_problems
 
@@ -813,12 +853,21 @@ def test_the_planner_and_the_module_agree(measured, repo_id, kv_cache_dtype):
     length = inputs.max_model_len
     sliding = architecture["sliding_window_kv_bytes_per_token"]
     if sliding:
-        sliding *= planner.sliding_window_tokens_per_sequence(architecture["sliding_window"], length, 2048, 2)
-    assert memory_plan.kv_bytes_per_sequence == (
-        architecture["kv_bytes_per_token"] * full_attention_tokens_per_sequence(length)
-        + sliding
-        + architecture["mamba_state_bytes_per_sequence"]
-    )
+        # the window, 2 batches of 2048 tokens in flight, at most the length, in 16-token blocks plus one
+        window = min(architecture["sliding_window"] - 1 + 2 * 2048, length)
+        sliding *= (-(-window // 16) + 1) * 16
+    if architecture["mamba_layers"]:
+        # a hybrid: pages of a block raised until one holds a Mamba state, 3 state pages per group of Mamba layers
+        found = memory_plan.groups
+        state = mamba_state_bytes(architecture["mamba_kind"], architecture["mamba_dims"], architecture["dtype"])
+        assert 0 <= found.page_bytes - state < 64 * found.layers.attention_bytes_per_token  # padded by < one step
+        mamba_groups = -(-architecture["mamba_layers"] // found.slots_per_group)
+        blocks = -(-length // found.block_size) + 3 * mamba_groups
+        assert memory_plan.kv_bytes_per_sequence == found.bytes_per_block * blocks
+    else:
+        assert memory_plan.kv_bytes_per_sequence == (
+            architecture["kv_bytes_per_token"] * -(-length // 16) * 16 + sliding
+        )
     # Two nodes: the same rule on the fixture's own config (GQA heads split, the MLA latent not).
     two = planned_from(architecture, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=2)
     layout = attention_layout(config)

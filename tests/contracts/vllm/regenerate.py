@@ -11,6 +11,8 @@ It writes, each with the release in its header:
   tests/contracts/vllm/serve-help-all.txt   `vllm serve --help=all` as printed (the stand-in vLLM prints it)
   tests/contracts/vllm/openai-schemas.json  JSON schemas of the responses sparkfleet reads, from vLLM's pydantic
   tests/contracts/vllm/metrics.json         every Prometheus metric vLLM defines, with its type and file
+  tests/contracts/vllm/kv-cache-plans.json  vLLM's own KV cache plan for every recipe and test shape
+                                            (kv_cache_plans.py: its real spec classes and planning functions)
 The flag list is read from the help text by module_utils/vllm_flags.py, the same reader the Spark runs on the
 pinned image's own help; this script then checks that reading against the parser's own actions, so a help
 format the reader gets wrong fails here instead of in a user's preflight. CI never installs vLLM: the
@@ -31,6 +33,9 @@ ROOT = Path(__file__).resolve().parents[3]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "module_utils"))
 from vllm_flags import parse_serve_help, render_flag_list  # noqa: E402 -- importable once module_utils is on the path
+
+sys.path.insert(0, str(HERE))
+from kv_cache_plans import write_contract  # noqa: E402 -- beside this script
 
 # The responses sparkfleet and its tests read, by the name the contract gives them.
 SCHEMAS = {
@@ -171,7 +176,8 @@ def main() -> int:
     for file_name, key, body in (("openai-schemas.json", "schemas", schemas()), ("metrics.json", "metrics", found)):
         document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", key: body}
         (HERE / file_name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
-    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(found)} metrics")
+    plans = write_contract(args.version)
+    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(found)} metrics, {plans} KV plans")
     return 0
 
 
