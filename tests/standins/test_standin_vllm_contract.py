@@ -161,3 +161,20 @@ def test_every_vllm_metric_the_monitoring_reads_exists_in_vllm(path) -> None:
     samples = set(re.findall(r"vllm:[a-z0-9_:]+", path.read_text()))
     assert samples, f"{path.name} reads no vLLM metric"
     assert sorted(sample for sample in samples if metric_of_sample(sample) is None) == []
+
+
+def test_the_contract_records_metrics_named_through_a_variable_and_counters_by_their_family() -> None:
+    import ast
+    import sys
+
+    sys.path.insert(0, str(CONTRACT))
+    from regenerate import _string_constants, exposed_name
+
+    source = 'name = "vllm:cache_config_info"\ngauge = Gauge(name=name, documentation="d")\n'
+    assert _string_constants(ast.parse(source)) == {"name": {"vllm:cache_config_info"}}
+    assert exposed_name("vllm:estimated_flops_per_gpu_total", "counter") == "vllm:estimated_flops_per_gpu"
+    assert exposed_name("vllm:kv_cache_usage_perc", "gauge") == "vllm:kv_cache_usage_perc"
+    # and the committed contract holds them as a scrape of the real engine names them
+    assert METRICS["vllm:cache_config_info"]["type"] == "gauge"
+    assert METRICS["vllm:estimated_flops_per_gpu"]["defined_as"] == "vllm:estimated_flops_per_gpu_total"
+    assert not [name for name, spec in METRICS.items() if spec["type"] == "counter" and name.endswith("_total")]

@@ -122,8 +122,30 @@ def metric_kind(call: ast.Call) -> str | None:
     return next((kind for word, kind in METRIC_KINDS.items() if word in name.lower()), None)
 
 
+def _string_constants(tree: ast.AST) -> dict[str, set[str]]:
+    """Each variable of a file assigned a literal "vllm:..." name: the names, by variable (a metric named through a
+    variable, e.g. loggers.py `name = "vllm:cache_config_info"` then `self._gauge_cls(name=name, ...)`)."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            value = node.value.value
+            if isinstance(value, str) and value.startswith("vllm:"):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, set()).add(value)
+    return found
+
+
+def exposed_name(name: str, kind: str) -> str:
+    """The family name prometheus_client exposes: a counter's "_total" is its sample suffix, not part of the name
+    (prometheus_client/metrics.py Counter: a name ending in _total loses it), so a counter defined as
+    "vllm:estimated_flops_per_gpu_total" is the family vllm:estimated_flops_per_gpu, sampled as ..._total."""
+    return name.removesuffix("_total") if kind == "counter" else name
+
+
 def metrics() -> dict[str, dict]:
-    """Every metric named with a literal "vllm:..." in the package's source, its kind, help and file."""
+    """Every metric vLLM defines by name in its source, literal or through a variable that holds a literal name:
+    the family as exposed on /metrics, its kind, help and file (and the name as written, where they differ)."""
     import vllm
 
     package = Path(vllm.__file__).parent
@@ -132,22 +154,32 @@ def metrics() -> dict[str, dict]:
         text = path.read_text(encoding="utf-8", errors="replace")
         if '"vllm:' not in text:
             continue
-        for node in ast.walk(ast.parse(text)):
+        tree = ast.parse(text)
+        variables = _string_constants(tree)
+        for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             keywords = {kw.arg: kw.value for kw in node.keywords}
             name = keywords.get("name")
-            if not (isinstance(name, ast.Constant) and str(name.value).startswith("vllm:")):
+            if isinstance(name, ast.Constant) and str(name.value).startswith("vllm:"):
+                names = {name.value}
+            elif isinstance(name, ast.Name) and name.id in variables:
+                names = variables[name.id]
+            else:
                 continue
             kind = metric_kind(node)
             if kind is None:
                 continue
             documentation = keywords.get("documentation")
-            found[name.value] = {
-                "type": kind,
-                "documentation": documentation.value if isinstance(documentation, ast.Constant) else None,
-                "file": str(path.relative_to(package.parent)),
-            }
+            for written in sorted(names):
+                entry = {
+                    "type": kind,
+                    "documentation": documentation.value if isinstance(documentation, ast.Constant) else None,
+                    "file": str(path.relative_to(package.parent)),
+                }
+                if exposed_name(written, kind) != written:
+                    entry["defined_as"] = written
+                found[exposed_name(written, kind)] = entry
     return dict(sorted(found.items()))
 
 
