@@ -259,6 +259,11 @@ class Family:
     kv_heads_default_to_heads: bool = False  # a missing num_key_value_heads means num_attention_heads
     head_dim_default_from_hidden: bool = False  # a missing head_dim means hidden_size // num_attention_heads
 
+    @property
+    def recurrent_layers(self) -> str | None:
+        """The recurrent layers vLLM builds for a hybrid family (a recipe must declare them), else None."""
+        return {"nemotron_h": "mamba2", "qwen3_5": "gated_delta_net"}.get(self.rule)
+
 
 FAMILIES = {
     "llama": Family("standard", "model_executor/models/llama.py", True, True),

@@ -20,6 +20,7 @@ from pathlib import Path
 from ansible.module_utils import input_rules
 from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
+    FAMILIES,
     KV_CACHE_DTYPE_BYTES,
     MLA_STATE_BYTES,
     MODEL_DTYPE_BYTES,
@@ -69,16 +70,9 @@ ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context"
 ATTENTION_KINDS = ("full", "mla")
 ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers")
 MAMBA_KINDS = ("mamba2", "gated_delta_net")
-# The hybrid model types (config.json model_type) and the recurrent layers vLLM builds for them
-# (model_executor/models/nemotron_h.py, qwen3_5.py, qwen3_next.py): a recipe naming one must declare them.
-HYBRID_MODEL_TYPES = {
-    "nemotron_h": "mamba2",
-    "qwen3_5": "gated_delta_net",
-    "qwen3_5_text": "gated_delta_net",
-    "qwen3_5_moe": "gated_delta_net",
-    "qwen3_5_moe_text": "gated_delta_net",
-    "qwen3_next": "gated_delta_net",
-}
+# The hybrid model types (config.json's model_type, of the text model) and the recurrent layers vLLM builds for
+# them: a recipe naming one must declare those layers (model_config_figures.FAMILIES says which families are hybrid).
+HYBRID_MODEL_TYPES = {name: family.recurrent_layers for name, family in FAMILIES.items() if family.recurrent_layers}
 # What kv_cache_dtype "auto" may resolve to for a checkpoint (the model dtype, or a ModelOpt checkpoint's FP8).
 KV_CACHE_DTYPES_AUTO = ("bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2")
 PUBLISHED_EVAL_COUNTS = ("prompt_tokens", "output_tokens")

@@ -499,3 +499,12 @@ def test_qwen36_follows_its_playbook_or_says_why_not_per_flag():
     flags = set(recipe("qwen3.6-35b-a3b-nvfp4")["serve_flags"])
     for flag in QWEN36_PLAYBOOK_FLAGS:
         assert flag in flags or f"--{flag}" in not_followed, f"--{flag}: neither followed nor explained"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "recipes").glob("*.yml")), ids=lambda path: path.stem)
+def test_every_catalog_recipe_names_a_model_type_the_figures_know(path):
+    from model_config_figures import FAMILIES
+
+    architecture = yaml.safe_load(path.read_text())["architecture"]
+    family = FAMILIES[architecture["model_type"]]  # a KeyError names a model type without a rule
+    assert (architecture.get("mamba_kind") or None) == family.recurrent_layers
