@@ -3,7 +3,7 @@
 #
 #   setup:  apt packages, the Docker engine (dockerd started by hand: these machines have no systemd),
 #           the Python venv, the simulated-Spark images, the fixtures (signed apt repo, registry, Hub models,
-#           the prefetch venv's wheels)
+#           the prefetch venv's wheels, the real vLLM engine for the CPU and the real models it serves)
 #   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario (the fleet's beside the others)
 #
 # Each check counts as passed or failed (pytest counts each of its tests). The last line is
@@ -90,7 +90,9 @@ build_fixtures() {
   bash tests/fixtures/build-apt-repo.sh "$cache/fixtures/apt" &&
     bash tests/fixtures/build-registry.sh "$cache/fixtures/registry" &&
     python tests/fixtures/build_hf_models.py "$cache/fixtures/hf" &&
-    bash tests/fixtures/build-wheelhouse.sh "$cache/fixtures/wheels"
+    bash tests/fixtures/build-wheelhouse.sh "$cache/fixtures/wheels" &&
+    bash tests/fixtures/build-vllm-engine.sh "$cache/fixtures/vllm-engine" &&
+    "$cache/fixtures/vllm-engine/bin/python" tests/fixtures/build_real_models.py "$cache/fixtures/real-models"
 }
 
 setup() {
