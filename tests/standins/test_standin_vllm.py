@@ -222,6 +222,7 @@ def test_completion_honours_max_tokens(server: Server) -> None:
         "completion_tokens": 5,
         "total_tokens": 9,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
 
 

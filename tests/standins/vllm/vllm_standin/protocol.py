@@ -57,6 +57,8 @@ class ParsedRequest:
     include_usage: bool
     continuous_usage: bool
     ignore_eos: bool
+    n: int = 1  # choices per request (non-streamed only here)
+    thinking: bool = True  # chat_template_kwargs.enable_thinking: false answers without reasoning
 
 
 def _resolve_model(body: dict[str, object], config: ServeConfig) -> str:
@@ -76,6 +78,7 @@ def _max_tokens(value: object, prompt_tokens: int, config: ServeConfig) -> int:
             HTTPStatus.BAD_REQUEST,
             f"This model's maximum context length is {config.max_model_len} tokens. However, your request has "
             f"{prompt_tokens} input tokens. Please reduce the length of the input messages.",
+            param="input_tokens",
         )
     room = config.max_model_len - prompt_tokens
     if value is None:
@@ -94,9 +97,16 @@ def _max_tokens(value: object, prompt_tokens: int, config: ServeConfig) -> int:
 
 
 def _common(body: dict[str, object], config: ServeConfig, words: tuple[str, ...], max_tokens: object) -> ParsedRequest:
-    n = body.get("n", 1)
-    if n not in (1, None):
-        raise ApiError(HTTPStatus.BAD_REQUEST, "The vLLM stand-in supports only n=1.", param="n")
+    n = 1 if body.get("n") is None else body.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"n must be at least 1, got {n}.", param="n")
+    if n > 1 and body.get("temperature") == 0:
+        # vLLM's SamplingParams: greedy sampling has one answer (the message and param as vLLM 0.32 sends them)
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"n must be 1 when using greedy sampling, got {n}.")
+    if n > 1 and body.get("stream"):
+        raise ApiError(HTTPStatus.BAD_REQUEST, "The vLLM stand-in streams only n=1.", param="n")
+    kwargs = body.get("chat_template_kwargs") or {}
+    thinking = not (isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise ApiError(HTTPStatus.BAD_REQUEST, "stream_options must be an object.", param="stream_options")
@@ -115,6 +125,8 @@ def _common(body: dict[str, object], config: ServeConfig, words: tuple[str, ...]
         or config.force_include_usage,
         continuous_usage=bool(options.get("continuous_usage_stats")) and not config.ignore_stream_options,
         ignore_eos=bool(body.get("ignore_eos", False)),
+        n=n,
+        thinking=thinking,
     )
 
 
@@ -183,18 +195,36 @@ def tokenize(body: dict[str, object], config: ServeConfig) -> dict[str, object]:
     return {"count": len(tokens), "max_model_len": config.max_model_len, "tokens": tokens, "token_strs": None}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, object]:
-    return {
+def system_fingerprint(version: str) -> str:
+    """vLLM's system_fingerprint, "vllm-<version>-<8 hex>" (a string on every answer and on a stream's usage chunk)."""
+    return f"vllm-{version}-{zlib.crc32(version.encode()):08x}"
+
+
+def usage(
+    prompt_tokens: int, completion_tokens: int, *, reasoning_tokens: int | None = None, streamed: bool = False
+) -> dict[str, object]:
+    """vLLM's UsageInfo. A chat answer counts its reasoning tokens (completion_tokens_details); a completion has
+    none (null). In a stream the null details are left out, as vLLM's chunks leave them out."""
+    body: dict[str, object] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None if reasoning_tokens is None else {"reasoning_tokens": reasoning_tokens},
     }
+    return {key: value for key, value in body.items() if value is not None} if streamed else body
 
 
 def completion_response(
-    request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int
+    request_id: str,
+    model: str,
+    texts: list[str],
+    finish_reason: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    fingerprint: str,
 ) -> dict[str, object]:
+    """One choice per text (n); completion_tokens is the sum over the choices."""
     return {
         "id": request_id,
         "object": "text_completion",
@@ -202,87 +232,141 @@ def completion_response(
         "model": model,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "text": text,
                 "logprobs": None,
                 "finish_reason": finish_reason,
                 "stop_reason": None,
+                "token_ids": None,
                 "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
             }
+            for index, text in enumerate(texts)
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": fingerprint,
         "usage": usage(prompt_tokens, completion_tokens),
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
 def completion_chunk(
     request_id: str, created: int, model: str, text: str, finish_reason: str | None
 ) -> dict[str, object]:
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}],
+    choice = {
+        "index": 0,
+        "text": text,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": None,
+        "prompt_token_ids": None,
+        "token_ids": None,
     }
+    return {"id": request_id, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
 
 def chat_response(
     request_id: str,
     model: str,
-    text: str,
-    reasoning: str,
+    answers: list[tuple[str, str]],
     finish_reason: str,
     prompt_tokens: int,
     completion_tokens: int,
+    reasoning_tokens: int,
+    fingerprint: str,
 ) -> dict[str, object]:
-    """A chat answer; with a reasoning parser, the thinking is in message.reasoning and content may be null (a
-    max_tokens that ends while the model still reasons), as vLLM's ChatMessage has it since PR 33402. No
-    tool_calls: ChatMessage's serializer drops an empty list."""
-    message = {
-        "role": "assistant",
-        "content": text or None,
-        "refusal": None,
-        "annotations": None,
-        "audio": None,
-        "function_call": None,
-        "reasoning": reasoning or None,
-    }
+    """A chat answer, one choice per (text, reasoning) (n); with a reasoning parser, the thinking is in
+    message.reasoning and content may be null (a max_tokens that ends while the model still reasons), as vLLM's
+    ChatMessage has it since PR 33402. No tool_calls: ChatMessage's serializer drops an empty list."""
+    choices = []
+    for index, (text, reasoning) in enumerate(answers):
+        message = {
+            "role": "assistant",
+            "content": text or None,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "reasoning": reasoning or None,
+        }
+        choices.append(
+            {
+                "index": index,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+        )
     return {
         "id": request_id,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
-        ],
+        "choices": choices,
         "service_tier": None,
-        "system_fingerprint": None,
-        "usage": usage(prompt_tokens, completion_tokens),
+        "system_fingerprint": fingerprint,
+        "usage": usage(prompt_tokens, completion_tokens, reasoning_tokens=reasoning_tokens),
         "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
 def chat_chunk(
-    request_id: str, created: int, model: str, delta: dict[str, str], finish_reason: str | None
+    request_id: str, created: int, model: str, delta: dict[str, str], finish_reason: str | None, *, first: bool = False
 ) -> dict[str, object]:
-    return {
+    """A chat stream chunk: the first (the role) carries the null prompt fields, the others token_ids, the last
+    its stop_reason, as vLLM's chunks do."""
+    choice: dict[str, object] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    if finish_reason is not None:
+        choice["stop_reason"] = None
+    if not first:
+        choice["token_ids"] = None
+    chunk: dict[str, object] = {
         "id": request_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [choice],
     }
+    if first:
+        chunk.update(prompt_token_ids=None, prompt_text=None)
+    return chunk
 
 
-def usage_chunk(request_id: str, created: int, model: str, obj: str, prompt: int, completion: int) -> dict[str, object]:
-    """The last chunk of a stream with stream_options.include_usage: no choices, only usage."""
+def usage_chunk(
+    request_id: str,
+    created: int,
+    model: str,
+    obj: str,
+    prompt: int,
+    completion: int,
+    reasoning_tokens: int | None,
+    fingerprint: str,
+) -> dict[str, object]:
+    """The last chunk of a stream with stream_options.include_usage: no choices, the usage and the fingerprint."""
     body = {"id": request_id, "object": obj, "created": created, "model": model, "choices": []}
-    body["usage"] = usage(prompt, completion)
+    body["usage"] = usage(prompt, completion, reasoning_tokens=reasoning_tokens, streamed=True)
+    body["system_fingerprint"] = fingerprint
     return body
+
+
+def detokenize(body: dict[str, object], config: ServeConfig) -> dict[str, object]:
+    """POST /detokenize -> {"prompt": text}. The stand-in's ids are hashes of words, so the text names them."""
+    _resolve_model(body, config)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise ApiError(HTTPStatus.BAD_REQUEST, "tokens must be a list of token ids.", param="tokens")
+    return {"prompt": "".join(f"<{token}>" for token in tokens)}
 
 
 def models_list(config: ServeConfig, created: int) -> dict[str, object]:

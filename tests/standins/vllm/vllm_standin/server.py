@@ -5,8 +5,8 @@ Responses use HTTP/1.1: plain bodies carry Content-Length, streams use chunked t
 does, so keep-alive clients (the OpenAI SDK, `vllm bench serve`'s aiohttp) behave as they do against vLLM.
 
 Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions,
-/tokenize. With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as in vLLM's
-authentication middleware; /health, /metrics and /tokenize (not under /v1) stay open.
+/tokenize, /detokenize. With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as
+in vLLM's authentication middleware; /health, /metrics, /tokenize and /detokenize (not under /v1) stay open.
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ class Handler(BaseHTTPRequestHandler):
         status = int(code) if str(code).isdigit() else code
         print(f'INFO:     {self.client_address[0]} - "{self.requestline}" {status}', flush=True)
 
-    def _send(self, status: HTTPStatus, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str | None = "application/json") -> None:
         self.send_response(status)
-        self.send_header("content-type", content_type)
+        if content_type:  # vLLM's /health answers an empty body with no content type
+            self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -95,7 +96,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(raw or b"null")
         except json.JSONDecodeError as error:
-            raise protocol.ApiError(HTTPStatus.BAD_REQUEST, f"Request body is not valid JSON: {error}") from None
+            # vLLM's request validation error: type "Bad Request", param the body's location
+            message = f"Request body is not valid JSON: {error}"
+            raise protocol.ApiError(HTTPStatus.BAD_REQUEST, message, "Bad Request", "body") from None
         if not isinstance(body, dict):
             raise protocol.ApiError(HTTPStatus.BAD_REQUEST, "Request body must be a JSON object.")
         return body
@@ -130,6 +133,7 @@ class Handler(BaseHTTPRequestHandler):
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/tokenize"): self._tokenize,
+            ("POST", "/detokenize"): self._detokenize,
         }
         self._body = self._read_body()
         path = self.path.split("?", 1)[0]
@@ -153,7 +157,7 @@ class Handler(BaseHTTPRequestHandler):
     # --- endpoints ----------------------------------------------------------------------------------------
 
     def _health(self) -> None:
-        self._send(HTTPStatus.OK, b"")
+        self._send(HTTPStatus.OK, b"", None)
 
     def _version(self) -> None:
         self._send_json(HTTPStatus.OK, {"version": self.server.config.version})
@@ -166,6 +170,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _tokenize(self) -> None:
         self._send_json(HTTPStatus.OK, protocol.tokenize(self._read_json(), self.server.config))
+
+    def _detokenize(self) -> None:
+        self._send_json(HTTPStatus.OK, protocol.detokenize(self._read_json(), self.server.config))
 
     def _completions(self) -> None:
         arrival = time.monotonic()
@@ -187,31 +194,46 @@ class Handler(BaseHTTPRequestHandler):
             ignore_eos=parsed.ignore_eos,
             arrival=arrival,
             # vLLM's reasoning parser splits chat answers only; /v1/completions returns the raw text.
-            reasoning_tokens=self.server.config.reasoning_tokens if chat else 0,
+            reasoning_tokens=self.server.config.reasoning_tokens if chat and parsed.thinking else 0,
         )
         tokens = self.server.engine.generate(engine_request)
+        fingerprint = protocol.system_fingerprint(self.server.config.version)
         try:
             if parsed.stream:
-                self._stream(request_id, parsed, tokens, chat)
+                self._stream(request_id, parsed, tokens, chat, fingerprint)
             else:
                 events = list(tokens)
                 text = "".join(event.text for event in events if not event.reasoning)
+                reasoning = "".join(event.text for event in events if event.reasoning)
+                thought = sum(event.reasoning for event in events)
                 finish = events[-1].finish_reason or "length"
+                n, generated = parsed.n, len(events) * parsed.n  # n choices: the one answer n times
                 if chat:
-                    reasoning = "".join(event.text for event in events if event.reasoning)
                     body = protocol.chat_response(
-                        request_id, parsed.model, text, reasoning, finish, parsed.prompt_tokens, len(events)
+                        request_id,
+                        parsed.model,
+                        [(text, reasoning)] * n,
+                        finish,
+                        parsed.prompt_tokens,
+                        generated,
+                        thought * n,
+                        fingerprint,
                     )
                 else:
                     body = protocol.completion_response(
-                        request_id, parsed.model, text, finish, parsed.prompt_tokens, len(events)
+                        request_id, parsed.model, [text] * n, finish, parsed.prompt_tokens, generated, fingerprint
                     )
                 self._send_json(HTTPStatus.OK, body)
         finally:
             tokens.close()  # a client that went away mid-stream aborts the request and frees its slot
 
     def _stream(
-        self, request_id: str, parsed: protocol.ParsedRequest, tokens: Iterator[TokenEvent], chat: bool
+        self,
+        request_id: str,
+        parsed: protocol.ParsedRequest,
+        tokens: Iterator[TokenEvent],
+        chat: bool,
+        fingerprint: str,
     ) -> None:
         """Server-sent events: ``data: {chunk}`` per token, a usage chunk when asked, then ``data: [DONE]``."""
         self.send_response(HTTPStatus.OK)
@@ -220,19 +242,20 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
-        generated = 0
+        generated = thought = 0
 
         def with_usage(chunk: dict[str, object]) -> dict[str, object]:
             if parsed.continuous_usage:
-                chunk["usage"] = protocol.usage(parsed.prompt_tokens, generated)
+                chunk["usage"] = protocol.usage(parsed.prompt_tokens, generated, streamed=True)
             return chunk
 
         if chat:
             # vLLM opens a chat stream with the assistant role and empty content.
             opening = {"role": "assistant", "content": ""}
-            self._event(with_usage(protocol.chat_chunk(request_id, created, parsed.model, opening, None)))
+            self._event(with_usage(protocol.chat_chunk(request_id, created, parsed.model, opening, None, first=True)))
         for event in tokens:
             generated += 1
+            thought += event.reasoning
             if chat:
                 delta = {"reasoning" if event.reasoning else "content": event.text}
                 chunk = protocol.chat_chunk(request_id, created, parsed.model, delta, event.finish_reason)
@@ -240,7 +263,12 @@ class Handler(BaseHTTPRequestHandler):
                 chunk = protocol.completion_chunk(request_id, created, parsed.model, event.text, event.finish_reason)
             self._event(with_usage(chunk))
         if parsed.include_usage:
-            self._event(protocol.usage_chunk(request_id, created, parsed.model, obj, parsed.prompt_tokens, generated))
+            reasoning = thought if chat else None
+            self._event(
+                protocol.usage_chunk(
+                    request_id, created, parsed.model, obj, parsed.prompt_tokens, generated, reasoning, fingerprint
+                )
+            )
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
 
