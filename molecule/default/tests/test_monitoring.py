@@ -1,5 +1,5 @@
 """Monitoring on the simulated Spark (roles/fleet_monitoring through site.yml): Debian's node_exporter and
-Prometheus run as systemd services, Prometheus scrapes the exporter and the vLLM endpoint (the stand-in), and
+Prometheus run as systemd services, Prometheus scrapes the exporter and the vLLM endpoint (the real engine), and
 sparkfleet's alert rules are loaded, healthy, and silent on a healthy Spark."""
 
 import json
@@ -55,7 +55,7 @@ def test_every_target_is_scraped_and_up(host):
     # The vLLM unit listens on loopback only: Prometheus on the same Spark reaches it there.
     assert by_job["vllm"]["scrapeUrl"] == "http://127.0.0.1:8000/metrics"
     assert by_job["vllm"]["labels"]["spark"] == "simspark-1"
-    assert by_job["vllm"]["labels"]["model"] == "qwen3-0.6b"
+    assert by_job["vllm"]["labels"]["model"] == "smollm2-135m"
 
 
 def test_the_spark_memory_and_the_vllm_metrics_are_queryable(host):

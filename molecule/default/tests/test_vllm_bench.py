@@ -1,0 +1,56 @@
+"""bench.yml against the real vLLM engine the simulated Spark serves: the vllm_bench role measures the real
+endpoint (streamed requests, token counts from vLLM's own usage, a short concurrency sweep) and writes its results
+and report on the controller. The figures are a CPU's, not a Spark's: what is checked is that every number comes
+from real answers, not how fast they came."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import changed_per_host, run_site, said
+
+SERVED = "smollm2-135m"
+SCENARIO = {"name": "short question", "prompt_tokens": 58, "output_tokens": 8}
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One bench.yml run (the serving stages, which change nothing, then the bench): its output and results folder.
+    Tags: the stages the bench needs (preflight and the summary run always) and the untagged bench play."""
+    results = tmp_path_factory.mktemp("bench-results")
+    settings = {
+        "vllm_bench_results_dir": str(results),
+        "vllm_bench_scenarios": [SCENARIO],
+        "vllm_bench_runs": 1,
+        "vllm_bench_sweep_max_concurrency": 2,
+        "vllm_bench_sweep_prompt_tokens": 32,
+        "vllm_bench_sweep_output_tokens": 8,
+    }
+    done = run_site("--tags", "serving,untagged", "-e", json.dumps(settings), playbook="bench.yml")
+    assert done.returncode == 0, said(done)[-3000:]
+    return done.stdout + done.stderr, results / "simspark-1" / SERVED
+
+
+def test_the_bench_measures_the_real_engine_and_reports(bench):
+    _, folder = bench
+    results = json.loads((folder / "results.json").read_text())
+    row = results["scenarios"][0]
+    assert row["scenario"] == SCENARIO["name"]
+    # Measured on real streamed answers: a first token came, tokens were decoded at some rate.
+    assert row["ttft_s"] > 0, row
+    assert row["decode_tok_s"] > 0, row
+    assert [level["concurrency"] for level in results["sweep"]["levels"]] == [1, 2]
+    assert all(level["output_tok_s"] > 0 for level in results["sweep"]["levels"]), results["sweep"]
+    report = (folder / "report.md").read_text()
+    assert f"# Local evaluation: {SERVED} on simspark-1" in report
+
+
+def test_the_bench_changed_nothing_on_the_spark(bench):
+    output, _ = bench
+    assert changed_per_host(output) == {"simspark-1": 0}
