@@ -52,6 +52,12 @@ def get_json(url: str) -> dict:
         return json.loads(response.read())
 
 
+def answers(url: str) -> bool:
+    """True when URL answers 200; an error status (Prometheus' 503 while it starts) raises an OSError."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.status == 200
+
+
 def query(expr: str) -> dict:
     """Prometheus's answer to an instant query; an invalid expression is an assertion error with its message."""
     try:
@@ -110,6 +116,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     ]
     try:
         logs = tuple(tmp / name for name in ("node_exporter.log", "vllm.log", "prometheus.log"))
+        # Prometheus answers queries with 503 until its storage is open: wait for /-/ready on a busy machine.
+        wait_until(lambda: answers(f"{PROM}/-/ready"), f"Prometheus ready ({tmp})", logs)
         up = 'up{spark="spark-a"} == 1'
         wait_until(lambda: len(query(up)["data"]["result"]) == 2, f"both spark-a targets up ({tmp})", logs)
         for max_tokens in (4, 8, 16, 8, 4, 12):
