@@ -35,6 +35,26 @@ class Rates:
 
 
 @dataclass(frozen=True)
+class Faults:
+    """Misbehaviour on purpose, so that the quality gate can be shown catching it. Counted in generation requests
+    (chat and completions) since the start; 0: never.
+
+    VLLM_STANDIN_FAULT_WRONG_AFTER=N: from request N+1 on, every answer's text comes out reversed (a server that
+    starts answering garbage after a few good requests).
+    VLLM_STANDIN_FAULT_TRUNCATE_AFTER=N: from request N+1 on, a stream stops after its first token, without the
+    usage chunk and `data: [DONE]` (a stream cut short under load)."""
+
+    wrong_after: int = 0
+    truncate_after: int = 0
+
+    def wrong(self, number: int) -> bool:
+        return 0 < self.wrong_after < number
+
+    def truncated(self, number: int) -> bool:
+        return 0 < self.truncate_after < number
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """Everything the server and engine need, already validated."""
 
@@ -61,6 +81,7 @@ class ServeConfig:
     # VLLM_STANDIN_IGNORE_STREAM_OPTIONS=1: act like an OpenAI-compatible server that drops stream_options
     # (no usage chunk), so clients can test their error for a server without usage reporting.
     ignore_stream_options: bool = False
+    faults: Faults = Faults()
 
     @property
     def metrics_model_name(self) -> str:
@@ -199,4 +220,8 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         force_include_usage=bool(values.get("enable_force_include_usage", False)),
         topology=topology,
         ignore_stream_options=os.environ.get("VLLM_STANDIN_IGNORE_STREAM_OPTIONS", "") not in ("", "0"),
+        faults=Faults(
+            wrong_after=int(env_float("VLLM_STANDIN_FAULT_WRONG_AFTER", 0)),
+            truncate_after=int(env_float("VLLM_STANDIN_FAULT_TRUNCATE_AFTER", 0)),
+        ),
     )

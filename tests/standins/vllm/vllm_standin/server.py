@@ -11,7 +11,9 @@ in vLLM's authentication middleware; /health, /metrics, /tokenize and /detokeniz
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import itertools
 import json
 import socket
 import time
@@ -38,8 +40,19 @@ class StandinServer(ThreadingHTTPServer):
         self.config = config
         self.engine = engine
         self.started = int(time.time())
+        # Generation requests since the start, for the faults of VLLM_STANDIN_FAULT_* (config.Faults).
+        self._generations = itertools.count(1)
         # bind_and_activate=False: cli.py binds early and listens only after the pretend weight loading.
         super().__init__((config.host, config.port), Handler, bind_and_activate=False)
+
+
+def _reversed_text(tokens: Iterator[TokenEvent]) -> Iterator[TokenEvent]:
+    """The fault VLLM_STANDIN_FAULT_WRONG_AFTER: each token's text reversed; closing this closes the engine's."""
+    try:
+        for event in tokens:
+            yield dataclasses.replace(event, text=event.text[::-1])
+    finally:
+        tokens.close()
 
 
 def _json_bytes(body: object) -> bytes:
@@ -197,10 +210,14 @@ class Handler(BaseHTTPRequestHandler):
             reasoning_tokens=self.server.config.reasoning_tokens if chat and parsed.thinking else 0,
         )
         tokens = self.server.engine.generate(engine_request)
+        number = next(self.server._generations)
+        if self.server.config.faults.wrong(number):
+            tokens = _reversed_text(tokens)
+        truncated = self.server.config.faults.truncated(number)
         fingerprint = protocol.system_fingerprint(self.server.config.version)
         try:
             if parsed.stream:
-                self._stream(request_id, parsed, tokens, chat, fingerprint)
+                self._stream(request_id, parsed, tokens, chat, fingerprint, truncated)
             else:
                 events = list(tokens)
                 text = "".join(event.text for event in events if not event.reasoning)
@@ -234,8 +251,10 @@ class Handler(BaseHTTPRequestHandler):
         tokens: Iterator[TokenEvent],
         chat: bool,
         fingerprint: str,
+        truncated: bool = False,
     ) -> None:
-        """Server-sent events: ``data: {chunk}`` per token, a usage chunk when asked, then ``data: [DONE]``."""
+        """Server-sent events: ``data: {chunk}`` per token, a usage chunk when asked, then ``data: [DONE]``.
+        TRUNCATED (a fault): the body ends after the first token."""
         self.send_response(HTTPStatus.OK)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("transfer-encoding", "chunked")
@@ -262,6 +281,9 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 chunk = protocol.completion_chunk(request_id, created, parsed.model, event.text, event.finish_reason)
             self._event(with_usage(chunk))
+            if truncated:
+                self._write_chunk(b"")
+                return
         if parsed.include_usage:
             reasoning = thought if chat else None
             self._event(

@@ -1,0 +1,126 @@
+"""The vllm_quality_gate module through real Ansible (`ansible localhost -m`): on real answers of the real vLLM
+engine (SmolLM2-135M-Instruct), canaries are recorded and then held, needles come back at 10/50/90 % of a prompt
+the model holds, and a streamed soak passes; on the stand-in vLLM misbehaving on purpose (VLLM_STANDIN_FAULT_*),
+each check catches its fault and names the request and what came back. One engine and one stand-in per module."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+from helpers.vllm_engine import SMOLLM2, real_model, running_engine
+from helpers.vllm_standin import Server, start_server, stop_server
+
+KEY = "quality-key"
+CAPITAL = "What is the capital of France? Answer in one word."
+GREETING = "Say hello in one short sentence."
+# SmolLM2 finds a needle anywhere in 4,000 tokens of prose (measured with this engine); the engine fixture serves
+# 2,048 tokens, so the needles sit in 1,500.
+NEEDLE_DEPTH = 1500
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_engine(
+        real_model(SMOLLM2), served_name="smollm2", api_key=KEY, workdir=tmp_path_factory.mktemp("engine")
+    ) as (base_url, _):
+        yield base_url
+
+
+def standin(tmp: Path, faults: dict[str, str]) -> Server:
+    env = {"VLLM_STANDIN_LOAD_SECONDS": "0.1", "VLLM_STANDIN_DECODE_TOK_S": "2000", **faults}
+    return start_server(tmp, ["org/model", "--served-model-name", "standin", "--api-key", KEY], env)
+
+
+@pytest.fixture
+def gate(run_ansible_module):
+    """gate(url, served, **args) -> the module's result against that endpoint, with the key."""
+
+    def run(url: str, served: str, **args) -> dict:
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+        arguments = json.dumps({"url": url, "served": served, "api_key": KEY, **args})
+        return run_ansible_module("vllm_quality_gate", env, arguments)
+
+    return run
+
+
+def test_canaries_are_recorded_then_held_on_real_answers(engine, gate):
+    recorded = gate(engine, "smollm2", canaries=[CAPITAL, GREETING])
+    assert not recorded.get("failed"), recorded
+    assert "Paris" in recorded["answers"][CAPITAL]
+    # The next start: greedy answers are the same, so the recorded ones hold.
+    held = gate(engine, "smollm2", canaries=[CAPITAL, GREETING], expected=recorded["answers"])
+    assert not held.get("failed"), held
+    assert held["answers"] == recorded["answers"]
+
+
+def test_a_canary_answer_that_changed_fails_naming_the_prompt_and_both_answers(engine, gate):
+    done = gate(engine, "smollm2", canaries=[CAPITAL], expected={CAPITAL: "The capital of France is Lyon."})
+    assert done.get("failed")
+    assert (
+        f"smollm2 failed its quality gate: canary {CAPITAL!r}: expected 'The capital of France is Lyon.'" in done["msg"]
+    )
+    assert "Paris" in done["msg"]
+    # The key never reaches the result.
+    assert KEY not in json.dumps(done)
+
+
+def test_needles_come_back_from_a_real_model(engine, gate):
+    done = gate(engine, "smollm2", needle_depth_tokens=NEEDLE_DEPTH)
+    assert not done.get("failed"), done
+    assert [needle["fraction"] for needle in done["needles"]] == [0.1, 0.5, 0.9]
+    # Counted with the model's tokenizer: vLLM's own count of each prompt is close to the depth asked.
+    assert all(NEEDLE_DEPTH * 0.9 < needle["prompt_tokens"] < NEEDLE_DEPTH * 1.2 for needle in done["needles"])
+
+
+def test_a_streamed_soak_passes_on_the_real_engine(engine, gate):
+    done = gate(engine, "smollm2", soak_requests=6, soak_concurrency=3, soak_max_tokens=16)
+    assert not done.get("failed"), done
+    assert done["soak"]["requests"] == 6
+    assert 0 < done["soak"]["completion_tokens"] <= 6 * 16
+
+
+def test_a_server_that_answers_garbage_after_some_requests_fails_its_canary(tmp_path, gate):
+    # Right twice (the recording start and the next), then wrong: the third canary fails.
+    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_WRONG_AFTER": "2"})
+    try:
+        recorded = gate(server.base, "standin", canaries=[CAPITAL])
+        assert not recorded.get("failed"), recorded
+        assert not gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"]).get("failed")
+        done = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
+    finally:
+        stop_server(server)
+    assert done.get("failed")
+    assert f"canary {CAPITAL!r}: expected {recorded['answers'][CAPITAL]!r:.40}" in done["msg"]
+
+
+def test_a_stream_cut_short_fails_the_soak(tmp_path, gate):
+    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_TRUNCATE_AFTER": "3"})
+    try:
+        done = gate(server.base, "standin", soak_requests=6, soak_concurrency=2)
+    finally:
+        stop_server(server)
+    assert done.get("failed")
+    assert "failed its quality gate: soak request" in done["msg"]
+    assert "the stream ends without data: [DONE] (cut short?)" in done["msg"]
+
+
+def test_the_stand_in_without_faults_passes_canaries_and_soak(tmp_path, gate):
+    server = standin(tmp_path, {})
+    try:
+        recorded = gate(server.base, "standin", canaries=[CAPITAL], soak_requests=4, soak_concurrency=2)
+        held = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
+    finally:
+        stop_server(server)
+    assert not recorded.get("failed") and not held.get("failed"), (recorded, held)
+
+
+def test_bad_settings_fail_before_any_request(gate):
+    done = gate("http://127.0.0.1:9", "x", soak_concurrency=0, needle_fractions=[1.5], budget_s=0)
+    assert done.get("failed")
+    for named in ("soak_concurrency (0) must be at least 1", "needle_fractions [1.5]", "budget_s (0.0) must be"):
+        assert named in done["msg"]
