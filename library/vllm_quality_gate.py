@@ -16,7 +16,7 @@ description:
   - B(Needles) - a fact placed after each fraction of O(needle_fractions) of a prompt of O(needle_depth_tokens)
     tokens (real sentences, counted with the model's own tokenizer through C(/tokenize)) must come back.
   - B(Soak) - O(soak_requests) streamed chat requests, O(soak_concurrency) at a time; every stream must be
-    complete and well-formed (JSON events, C(data: [DONE]), a finish reason, a usage chunk, some text).
+    complete and well-formed (JSON events, the final C([DONE]) event, a finish reason, a usage chunk, some text).
   - A failure names the check, the request and what came back. The checks stop at O(budget_s) seconds, which
     fails the gate too (a model too slow for its own gate is not one to serve).
   - Read-only; never reports a change.
