@@ -82,6 +82,18 @@ TABLE = [
     ("server-values", {"vllm_server_earlyoom_swap_percent": -1}, "vllm_server_earlyoom_swap_percent=-1 is less"),
     ("server-values", {"vllm_server_health_interval_s": 0}, "vllm_server_health_interval_s=0 is less than 1"),
     ("server-values", {"vllm_server_smoke_prompt": "Hi\nExecStartPre=/bin/id"}, "vllm_server_smoke_prompt='Hi\\n"),
+    ("server-values", {"vllm_server_quality_soak_concurrency": 0}, "vllm_server_quality_soak_concurrency=0 is less"),
+    ("server-values", {"vllm_server_quality_budget_s": 0}, "vllm_server_quality_budget_s=0 is less than 1"),
+    (
+        "quality-canaries",
+        {"vllm_server_quality_canaries": ["Fine?", "Hi\nExecStartPre=/bin/id"]},
+        "vllm_server_quality_canaries='Hi\\nExecStartPre=/bin/id' contains the control character",
+    ),
+    (
+        "quality-expected",
+        {"vllm_server_quality_expected": {"qwen3-0.6b": "Paris"}},
+        "vllm_server_quality_expected maps",
+    ),
     (
         "server-values",
         {"vllm_server_api_key": "sk-sparkfleet-hidden\nExecStartPre=/bin/id"},

@@ -21,6 +21,7 @@ GREETING = "Say hello in one short sentence."
 # SmolLM2 finds a needle anywhere in 4,000 tokens of prose (measured with this engine); the engine fixture serves
 # 2,048 tokens, so the needles sit in 1,500.
 NEEDLE_DEPTH = 1500
+MODEL = {"hf_repo": "HuggingFaceTB/SmolLM2-135M-Instruct", "hf_revision": "12fd25f77366fa6b3b4b768ec3050bf629380bac"}
 
 
 @pytest.fixture(scope="module")
@@ -48,14 +49,37 @@ def gate(run_ansible_module):
     return run
 
 
-def test_canaries_are_recorded_then_held_on_real_answers(engine, gate):
-    recorded = gate(engine, "smollm2", canaries=[CAPITAL, GREETING])
+def test_canaries_are_recorded_then_held_on_real_answers(engine, gate, tmp_path):
+    record = tmp_path / "smollm2.last-good.canaries.json"
+    asked = {"canaries": [CAPITAL, GREETING], "record_file": str(record), "model": MODEL}
+    recorded = gate(engine, "smollm2", **asked)
     assert not recorded.get("failed"), recorded
     assert "Paris" in recorded["answers"][CAPITAL]
-    # The next start: greedy answers are the same, so the recorded ones hold.
-    held = gate(engine, "smollm2", canaries=[CAPITAL, GREETING], expected=recorded["answers"])
+    assert recorded["changed"] and recorded["recorded"] == sorted([CAPITAL, GREETING]) and recorded["held"] == []
+    assert oct(record.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(record.read_text())["answers"] == recorded["answers"]
+    # The next start: greedy answers are the same, so the recorded ones hold, and nothing is written.
+    held = gate(engine, "smollm2", **asked)
     assert not held.get("failed"), held
-    assert held["answers"] == recorded["answers"]
+    assert not held["changed"] and held["held"] == sorted([CAPITAL, GREETING]) and held["recorded"] == []
+    # A record made for another revision holds nothing: the new revision records its own answers.
+    moved = gate(engine, "smollm2", **{**asked, "model": {**MODEL, "hf_revision": "0" * 40}})
+    assert moved["held"] == [] and moved["recorded"] == sorted([CAPITAL, GREETING])
+
+
+def test_a_recorded_answer_that_changed_fails_and_names_both_answers(engine, gate, tmp_path):
+    record = tmp_path / "smollm2.last-good.canaries.json"
+    identity = {**MODEL, "max_tokens": 64}
+    record.write_text(json.dumps({"model": identity, "answers": {CAPITAL: "The capital of France is Lyon."}}))
+    done = gate(engine, "smollm2", canaries=[CAPITAL], record_file=str(record), model=MODEL)
+    assert done.get("failed")
+    assert (
+        f"canary {CAPITAL!r}: expected 'The capital of France is Lyon.', got" in done["msg"] and "Paris" in done["msg"]
+    )
+    # A failed gate records nothing; rerecord (after a deliberate change) records the new answer.
+    assert "Lyon" in record.read_text()
+    again = gate(engine, "smollm2", canaries=[CAPITAL], record_file=str(record), model=MODEL, rerecord=True)
+    assert not again.get("failed") and again["recorded"] == [CAPITAL] and "Paris" in record.read_text()
 
 
 def test_a_canary_answer_that_changed_fails_naming_the_prompt_and_both_answers(engine, gate):
@@ -109,14 +133,31 @@ def test_a_stream_cut_short_fails_the_soak(tmp_path, gate):
     assert "the stream ends without data: [DONE] (cut short?)" in done["msg"]
 
 
-def test_the_stand_in_without_faults_passes_canaries_and_soak(tmp_path, gate):
+def test_a_model_that_loses_the_start_of_its_context_fails_the_early_needle(tmp_path, gate):
+    # The stand-in reads only the last 600 words of the prompt: the needle at 10 % of 1,000 is beyond them.
+    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_CONTEXT_WORDS": "600"})
+    try:
+        done = gate(server.base, "standin", needle_depth_tokens=1000)
+    finally:
+        stop_server(server)
+    assert done.get("failed")
+    assert "failed its quality gate: needle at 10% of 1000 tokens: the number" in done["msg"]
+    assert "is not in the answer: 'The quick brown fox" in done["msg"]
+
+
+def test_the_stand_in_without_faults_passes_every_check(tmp_path, gate):
     server = standin(tmp_path, {})
     try:
-        recorded = gate(server.base, "standin", canaries=[CAPITAL], soak_requests=4, soak_concurrency=2)
+        recorded = gate(server.base, "standin", canaries=[CAPITAL], soak_requests=4, soak_concurrency=2,
+                        needle_depth_tokens=1000)  # fmt: skip
         held = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
+        # The needles' depth stays within a quarter of max_model_len.
+        capped = gate(server.base, "standin", needle_depth_tokens=100000, max_model_len=2000)
     finally:
         stop_server(server)
     assert not recorded.get("failed") and not held.get("failed"), (recorded, held)
+    assert [needle["fraction"] for needle in recorded["needles"]] == [0.1, 0.5, 0.9]
+    assert {needle["depth_tokens"] for needle in capped["needles"]} == {500}
 
 
 def test_bad_settings_fail_before_any_request(gate):

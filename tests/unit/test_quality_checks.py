@@ -5,7 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from quality_checks import canary_problem, needle, needle_number, needle_problem, stream_problem
+from quality_checks import (
+    TOOL_NAME,
+    CanaryRecord,
+    answer_text,
+    canary_problem,
+    held_answers,
+    needle,
+    needle_depth,
+    needle_number,
+    needle_problem,
+    recipe_traits,
+    stream_problem,
+    tool_call_problem,
+)
 
 
 def chat(content: str | None, reasoning: str | None = None) -> dict:
@@ -72,3 +85,53 @@ def test_canaries_check_the_shape_and_the_exact_answer(answer, expected, reasoni
 def test_a_stream_must_be_complete_and_well_formed(body, problem):
     found = stream_problem(body)
     assert (found is None) if problem is None else (problem in found), found
+
+
+def test_the_needles_stay_within_a_quarter_of_the_context():
+    assert needle_depth(16384, 131072) == 16384
+    assert needle_depth(16384, 8192) == 2048
+    assert needle_depth(16384, 0) == 16384
+    assert needle_depth(0, 8192) == 0
+
+
+def test_a_thinking_model_that_never_answered_is_compared_by_its_reasoning():
+    assert answer_text(chat("  Paris. ")) == "Paris."
+    assert answer_text(chat(None, "Let me think")) == "Let me think"
+    assert canary_problem(chat(None, "Let me think"), "Let me think", True) is None
+    assert "expected 'Paris.', got 'Let me think'" in canary_problem(chat(None, "Let me think"), "Paris.", True)
+
+
+def tool_answer(name: str, arguments: str) -> dict:
+    call = {"id": "call-1", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [call]}}]}
+
+
+def test_the_tool_canary_needs_a_call_to_the_tool_with_json_object_arguments():
+    assert tool_call_problem(tool_answer(TOOL_NAME, '{"city": "Paris"}')) is None
+    assert "no tool call" in tool_call_problem(chat('<tool_call>{"name": "get_weather"}</tool_call>'))
+    assert "names 'lookup', not 'get_weather'" in tool_call_problem(tool_answer("lookup", "{}"))
+    assert "not JSON: '{city: Paris'" in tool_call_problem(tool_answer(TOOL_NAME, "{city: Paris"))
+    assert "not a JSON object: ['Paris']" in tool_call_problem(tool_answer(TOOL_NAME, '["Paris"]'))
+
+
+def test_recorded_answers_hold_only_for_the_model_they_were_recorded_for():
+    model = {"hf_repo": "org/model", "hf_revision": "a" * 40, "max_tokens": 64}
+    text = CanaryRecord(model, {"Capital?": "Paris."}).to_json()
+    assert held_answers(text, model) == {"Capital?": "Paris."}
+    assert held_answers(text, {**model, "hf_revision": "b" * 40}) == {}
+    assert held_answers(text, {**model, "max_tokens": 1024}) == {}
+    assert held_answers(None, model) == {} and held_answers("{not json", model) == {}
+    assert held_answers('["a list"]', model) == {}
+
+
+def test_a_recipe_says_whether_reasoning_and_tool_calls_are_parsed():
+    assert recipe_traits({"max_model_len": 131072, "serve_flags": {"reasoning-parser": "qwen3"}}) == {
+        "reasoning_parser": True,
+        "tool_parser": False,
+        "max_model_len": 131072,
+    }
+    # vLLM parses tool calls only with automatic tool choice on.
+    both = {"tool-call-parser": "openai", "enable-auto-tool-choice": True}
+    assert recipe_traits({"serve_flags": both})["tool_parser"] is True
+    assert recipe_traits({"serve_flags": {"tool-call-parser": "openai"}})["tool_parser"] is False
+    assert recipe_traits({}) == {"reasoning_parser": False, "tool_parser": False, "max_model_len": 0}

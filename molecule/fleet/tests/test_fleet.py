@@ -126,9 +126,12 @@ def test_a_rolling_update_moves_every_host_while_the_router_answers_every_reques
     assert f"moved from {old} to {new}" in said(done)
     # The clients behind the router saw nothing: every request of the whole update was answered in full.
     assert load.failures == [] and load.ok > 50, (load.ok, load.failures[:5])
-    # One batch at a time: the pair's endpoint left the router and came back before fleet-3's did.
+    # The canary first (fleet-3, the first Spark that serves alone), then the pair: one batch at a time, each out of
+    # the router and back before the next.
     out = said(done)
-    assert out.index("Drain | Take the endpoints out of each router") < out.index("PLAY [Update | Roll the single")
+    canary, pairs = out.index("PLAY [Update | Roll the canary first"), out.index("PLAY [Update | Roll the pairs")
+    assert canary < out.index("Drain | Take the endpoints out of each router", canary) < pairs
+    assert "Drain | Take the endpoints out of each router" in out[pairs:]
     entry = pin()
     assert entry["digest"] == new
     assert entry["previous_digest"] == old
@@ -137,6 +140,49 @@ def test_a_rolling_update_moves_every_host_while_the_router_answers_every_reques
         assert host.run(f"docker image inspect vllm/vllm-openai@{old}").rc == 0, "the previous image must stay"
         # The served model moved with the pin: its unit was restarted on the new image and passed the gate.
         assert host.check_output("docker inspect --format '{{.Image}}' vllm-qwen3-0.6b") == entry["image_id"]
+
+
+@pytest.fixture
+def bad_image_under_the_tag():
+    """A new image under the tag that starts, answers /health and the smoke request, and answers wrong from its
+    third request on: the stand-in's VLLM_STANDIN_FAULT_WRONG_AFTER baked in, a broken build behind a green health
+    check. The lock file is put back afterwards in any case (update.yml puts it back itself when the canary fails), so
+    that the tests after this one start from the good pin."""
+    first = fleet()[0]
+    lock_before = LOCK_FILE.read_text(encoding="utf-8")
+    first.check_output(
+        "printf 'FROM vllm/vllm-openai@%s\\nENV VLLM_STANDIN_FAULT_WRONG_AFTER=2\\n' "
+        "| docker build -q -t 127.0.0.1:5000/vllm/vllm-openai:cu130-nightly -",
+        pin()["digest"],
+    )
+    first.check_output("docker push -q 127.0.0.1:5000/vllm/vllm-openai:cu130-nightly")
+    # Only the registry keeps the build: a local child image would keep the pin from being removed later (the
+    # archive test), and the hosts get the bad image as a user's would, by pulling it.
+    first.check_output("docker image rm 127.0.0.1:5000/vllm/vllm-openai:cu130-nightly")
+    yield
+    LOCK_FILE.write_text(lock_before, encoding="utf-8")
+
+
+def test_an_image_that_answers_wrong_stops_the_rollout_at_the_canary(bad_image_under_the_tag):
+    good = pin()
+    pair_before = [unit_invocation(host) for host in fleet()[:2]]
+    with Load(ROUTER_URL, API_KEY, "qwen3-0.6b") as load:
+        time.sleep(2)
+        done = run_site("-e", "vllm_image_update=true", playbook="update.yml")
+        time.sleep(2)
+    out = said(done)
+    assert done.returncode != 0, out[-3000:]
+    # The canary (sparkfleet_update_canary unset) is the first Spark that serves alone: fleet-3.
+    assert "The rolling update stopped at its canary fleet-3:" in out
+    assert "qwen3-0.6b failed its quality gate: canary 'What is the capital of France? Answer in one word.'" in out
+    assert "No other Spark was touched" in out
+    assert "PLAY [Update | Roll the pairs" not in out
+    # The lock pins the good image again (the next run serves it everywhere); fleet-3 is back on it; the pair was
+    # never restarted; the router's clients saw nothing.
+    assert pin() == good
+    assert fleet()[2].check_output("docker inspect --format '{{.Image}}' vllm-qwen3-0.6b") == good["image_id"]
+    assert [unit_invocation(host) for host in fleet()[:2]] == pair_before
+    assert load.failures == [] and load.ok > 20, (load.ok, load.failures[:5])
 
 
 def assert_every_host_is_as_it_was(done, message: str, before: dict) -> None:

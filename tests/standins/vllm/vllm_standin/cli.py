@@ -160,7 +160,9 @@ def serve(config: ServeConfig) -> int:
     log("INFO", f"Loading model {config.model} (stand-in: {config.rates.load_seconds:g} s)")
     if stop.wait(config.rates.load_seconds):
         return close_all(1 if lost_peer.is_set() else 0)
-    log("INFO", f"Model loading took {config.rates.load_seconds:g} s; max_model_len {config.max_model_len}")
+    # vLLM 0.33.0's lines (gpu_model_runner.py, api_server/entry.py), which the startup times are read from.
+    log("INFO", f"Model loading took 0.25 GiB memory and {config.rates.load_seconds:.6f} seconds")
+    log("INFO", f"max_model_len {config.max_model_len}")
 
     if server is None:
         log("INFO", "Headless mode: engine ready, no API server on this node")
@@ -170,7 +172,7 @@ def serve(config: ServeConfig) -> int:
     server.server_activate()  # listen() only now: before this, connections are refused
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="http")
     thread.start()
-    log("INFO", f"Starting vLLM API server 0 on http://{config.host}:{config.port}")
+    log("INFO", f"Starting vLLM server on http://{config.host}:{config.port}")
     log("INFO", "Application startup complete.")
     stop.wait()
     server.shutdown()

@@ -42,10 +42,14 @@ class Faults:
     VLLM_STANDIN_FAULT_WRONG_AFTER=N: from request N+1 on, every answer's text comes out reversed (a server that
     starts answering garbage after a few good requests).
     VLLM_STANDIN_FAULT_TRUNCATE_AFTER=N: from request N+1 on, a stream stops after its first token, without the
-    usage chunk and `data: [DONE]` (a stream cut short under load)."""
+    usage chunk and `data: [DONE]` (a stream cut short under load).
+    VLLM_STANDIN_FAULT_CONTEXT_WORDS=N: answers read only the last N words of the prompt, so a fact placed earlier
+    in a long prompt is lost (a model that drops the start of its context).
+    A slow start needs no fault of its own: VLLM_STANDIN_LOAD_SECONDS sets how long the weights "load"."""
 
     wrong_after: int = 0
     truncate_after: int = 0
+    context_words: int = 0
 
     def wrong(self, number: int) -> bool:
         return 0 < self.wrong_after < number
@@ -223,5 +227,6 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         faults=Faults(
             wrong_after=int(env_float("VLLM_STANDIN_FAULT_WRONG_AFTER", 0)),
             truncate_after=int(env_float("VLLM_STANDIN_FAULT_TRUNCATE_AFTER", 0)),
+            context_words=int(env_float("VLLM_STANDIN_FAULT_CONTEXT_WORDS", 0)),
         ),
     )

@@ -11,7 +11,8 @@ reports. The model of a request:
   requests do not slow each other down; with ``VLLM_STANDIN_BATCH_COST`` = c > 0, n running requests each wait
   ``(1 + (n - 1) * c) / VLLM_STANDIN_DECODE_TOK_S`` per token, as a batch sharing one bandwidth-bound bus does
   (n is counted at each token, so requests joining or leaving change the pace from the next token on).
-* The "model" would answer in ``VLLM_STANDIN_OUTPUT_TOKENS`` tokens: fewer allowed by max_tokens ends with
+* The "model" answers a question whose fact stands in the prompt with that fact (recall.py), else it would answer
+  in ``VLLM_STANDIN_OUTPUT_TOKENS`` tokens: fewer allowed by max_tokens ends with
   finish_reason "length", more allowed ends with "stop"; ``ignore_eos`` always runs to max_tokens ("length").
   A chat request to a server with ``--reasoning-parser`` first reasons for ``VLLM_STANDIN_REASONING_TOKENS``
   tokens (they count against max_tokens, as a thinking model's do), then answers.
@@ -53,6 +54,7 @@ class GenerationRequest:
     ignore_eos: bool
     arrival: float  # time.monotonic() when the HTTP request arrived
     reasoning_tokens: int = 0  # tokens of reasoning before the answer (chat with --reasoning-parser)
+    answer_words: tuple[str, ...] = ()  # the answer recalled from the prompt (recall.py); () for the usual one
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,12 @@ class Engine:
                 "kv_cache_usage": min(held / self.config.kv_cache_tokens, 1.0),
             }
 
-    def output_plan(self, max_tokens: int, ignore_eos: bool, reasoning_tokens: int = 0) -> tuple[int, str]:
-        """How many tokens the pretend model generates (reasoning included) and why it stops."""
-        natural = reasoning_tokens + self.config.natural_output_tokens
+    def output_plan(
+        self, max_tokens: int, ignore_eos: bool, reasoning_tokens: int = 0, answer_tokens: int = 0
+    ) -> tuple[int, str]:
+        """How many tokens the pretend model generates (reasoning included) and why it stops. ANSWER_TOKENS: the
+        length of a recalled answer; 0 for the usual VLLM_STANDIN_OUTPUT_TOKENS."""
+        natural = reasoning_tokens + (answer_tokens or self.config.natural_output_tokens)
         if ignore_eos or max_tokens < natural:
             return max_tokens, "length"
         return natural, "stop"
@@ -109,7 +114,9 @@ class Engine:
             self.metrics.record_prefill(request.prompt_tokens, queried, cached, first_token - request.arrival)
             self._remember_prompt(request.prompt_words)
 
-            count, reason = self.output_plan(request.max_tokens, request.ignore_eos, request.reasoning_tokens)
+            count, reason = self.output_plan(
+                request.max_tokens, request.ignore_eos, request.reasoning_tokens, len(request.answer_words)
+            )
             previous = time.monotonic()
             deadline = first_token_at
             for index in range(count):
@@ -124,10 +131,14 @@ class Engine:
                     self._running[request.request_id] += 1
                 generated += 1
                 reasoning = index < request.reasoning_tokens
-                words = REASONING_WORDS if reasoning else ANSWER_WORDS
+                if reasoning:
+                    word = REASONING_WORDS[index % len(REASONING_WORDS)]
+                else:
+                    answer = request.answer_words or ANSWER_WORDS
+                    word = answer[(index - request.reasoning_tokens) % len(answer)]
                 yield TokenEvent(
                     index=index,
-                    text=" " + words[index % len(words)],
+                    text=" " + word,
                     finish_reason=reason if index == count - 1 else None,
                     reasoning=reasoning,
                 )

@@ -25,6 +25,7 @@ from . import protocol
 from .config import ServeConfig
 from .engine import Engine, GenerationRequest, TokenEvent
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .recall import recalled_answer
 
 
 class StandinServer(ThreadingHTTPServer):
@@ -208,6 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             arrival=arrival,
             # vLLM's reasoning parser splits chat answers only; /v1/completions returns the raw text.
             reasoning_tokens=self.server.config.reasoning_tokens if chat and parsed.thinking else 0,
+            answer_words=recalled_answer(parsed.prompt_words, self.server.config.faults.context_words),
         )
         tokens = self.server.engine.generate(engine_request)
         number = next(self.server._generations)
