@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,15 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield base_url
 
 
-def standin(tmp: Path, faults: dict[str, str]) -> Server:
+@contextmanager
+def standin(tmp: Path, faults: dict[str, str]) -> Iterator[Server]:
+    """A stand-in vLLM with the key and these faults (VLLM_STANDIN_FAULT_*), stopped on exit."""
     env = {"VLLM_STANDIN_LOAD_SECONDS": "0.1", "VLLM_STANDIN_DECODE_TOK_S": "2000", **faults}
-    return start_server(tmp, ["org/model", "--served-model-name", "standin", "--api-key", KEY], env)
+    server = start_server(tmp, ["org/model", "--served-model-name", "standin", "--api-key", KEY], env)
+    try:
+        yield server
+    finally:
+        stop_server(server)
 
 
 @pytest.fixture
@@ -110,24 +117,18 @@ def test_a_streamed_soak_passes_on_the_real_engine(engine, gate):
 
 def test_a_server_that_answers_garbage_after_some_requests_fails_its_canary(tmp_path, gate):
     # Right twice (the recording start and the next), then wrong: the third canary fails.
-    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_WRONG_AFTER": "2"})
-    try:
+    with standin(tmp_path, {"VLLM_STANDIN_FAULT_WRONG_AFTER": "2"}) as server:
         recorded = gate(server.base, "standin", canaries=[CAPITAL])
         assert not recorded.get("failed"), recorded
         assert not gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"]).get("failed")
         done = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
-    finally:
-        stop_server(server)
     assert done.get("failed")
     assert f"canary {CAPITAL!r}: expected {recorded['answers'][CAPITAL]!r:.40}" in done["msg"]
 
 
 def test_a_stream_cut_short_fails_the_soak(tmp_path, gate):
-    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_TRUNCATE_AFTER": "3"})
-    try:
+    with standin(tmp_path, {"VLLM_STANDIN_FAULT_TRUNCATE_AFTER": "3"}) as server:
         done = gate(server.base, "standin", soak_requests=6, soak_concurrency=2)
-    finally:
-        stop_server(server)
     assert done.get("failed")
     assert "failed its quality gate: soak request" in done["msg"]
     assert "the stream ends without data: [DONE] (cut short?)" in done["msg"]
@@ -135,26 +136,20 @@ def test_a_stream_cut_short_fails_the_soak(tmp_path, gate):
 
 def test_a_model_that_loses_the_start_of_its_context_fails_the_early_needle(tmp_path, gate):
     # The stand-in reads only the last 600 words of the prompt: the needle at 10 % of 1,000 is beyond them.
-    server = standin(tmp_path, {"VLLM_STANDIN_FAULT_CONTEXT_WORDS": "600"})
-    try:
+    with standin(tmp_path, {"VLLM_STANDIN_FAULT_CONTEXT_WORDS": "600"}) as server:
         done = gate(server.base, "standin", needle_depth_tokens=1000)
-    finally:
-        stop_server(server)
     assert done.get("failed")
     assert "failed its quality gate: needle at 10% of 1000 tokens: the number" in done["msg"]
     assert "is not in the answer: 'The quick brown fox" in done["msg"]
 
 
 def test_the_stand_in_without_faults_passes_every_check(tmp_path, gate):
-    server = standin(tmp_path, {})
-    try:
+    with standin(tmp_path, {}) as server:
         recorded = gate(server.base, "standin", canaries=[CAPITAL], soak_requests=4, soak_concurrency=2,
                         needle_depth_tokens=1000)  # fmt: skip
         held = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
         # The needles' depth stays within a quarter of max_model_len.
         capped = gate(server.base, "standin", needle_depth_tokens=100000, max_model_len=2000)
-    finally:
-        stop_server(server)
     assert not recorded.get("failed") and not held.get("failed"), (recorded, held)
     assert [needle["fraction"] for needle in recorded["needles"]] == [0.1, 0.5, 0.9]
     assert {needle["depth_tokens"] for needle in capped["needles"]} == {500}
