@@ -11,6 +11,9 @@ description:
   - Writes RV(vllm_bench.measurements) as C(results.json), as C(results.csv) (one row per scenario, then one per
     sweep level, a C(section) column first) and, when there was a sweep, as C(sweep.png) (aggregate output
     tok/s, p95 TTFT and p50 inter-token latency against concurrency, the knee marked).
+  - With O(arena) (what M(vllm_bench_arena) returned), also C(arena.json) (its profile, rows and llama-benchy's
+    own reports), C(arena.csv) (one row per depth and concurrency) and C(arena.png) (decode and prefill tok/s
+    against context depth, a line per concurrency level).
   - Meant for the controller (C(delegate_to) C(localhost)); the plot needs matplotlib, a controller dependency
     in requirements.txt, which a Spark does not need.
   - Writes a file only when its content differs, and reports a change only then; in check mode it writes
@@ -22,6 +25,9 @@ options:
     description: The C(measurements) that M(vllm_bench) returned.
     type: dict
     required: true
+  arena:
+    description: The C(arena) that M(vllm_bench_arena) returned.
+    type: dict
   dest:
     description: Directory to write into; created (with its parents) when missing.
     type: path
@@ -47,10 +53,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 files:
-  description: Paths of the report's files (sweep.png only when there was a sweep).
+  description: Paths of the report's files (sweep.png only when there was a sweep, the arena files only with
+    O(arena)).
   returned: always
   type: dict
-  sample: {"json": "/r/results.json", "csv": "/r/results.csv", "png": "/r/sweep.png"}
+  sample: {"json": "/r/results.json", "csv": "/r/results.csv", "png": "/r/sweep.png", "arena_png": "/r/arena.png"}
 changed_files:
   description: Paths whose content was (or, in check mode, would be) written.
   returned: always
@@ -60,12 +67,13 @@ changed_files:
 
 from pathlib import Path
 
+from ansible.module_utils.arena_bench import arena_csv, arena_json, arena_png
 from ansible.module_utils.atomic_file import write_bytes_atomically
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.openai_bench import results_csv, results_json, sweep_png
 
 
-def report_files(results: dict) -> dict[str, tuple[str, bytes]]:
+def report_files(results: dict, arena: dict | None) -> dict[str, tuple[str, bytes]]:
     """kind -> (file name, content) of every file the report holds."""
     files = {
         "json": ("results.json", results_json(results).encode()),
@@ -74,6 +82,10 @@ def report_files(results: dict) -> dict[str, tuple[str, bytes]]:
     png = sweep_png(results)
     if png is not None:
         files["png"] = ("sweep.png", png)
+    if arena:
+        files["arena_json"] = ("arena.json", arena_json(arena).encode())
+        files["arena_csv"] = ("arena.csv", arena_csv(arena).encode())
+        files["arena_png"] = ("arena.png", arena_png(arena, str(results.get("model"))))
     return files
 
 
@@ -85,6 +97,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "measurements": {"type": "dict", "required": True},
+            "arena": {"type": "dict"},
             "dest": {"type": "path", "required": True},
             "mode": {"type": "raw", "default": "0644"},
         },
@@ -95,9 +108,9 @@ def main() -> None:
     if not isinstance(results.get("scenarios"), list):
         module.fail_json(msg="measurements has no 'scenarios' list: pass the 'measurements' vllm_bench returned")
     try:
-        files = report_files(results)
+        files = report_files(results, module.params["arena"])
     except ImportError as error:
-        module.fail_json(msg=f"cannot draw sweep.png: {error}; install the controller's requirements.txt")
+        module.fail_json(msg=f"cannot draw the plots: {error}; install the controller's requirements.txt")
     paths = {kind: str(dest / name) for kind, (name, _) in files.items()}
     changed_files = [str(dest / name) for name, content in files.values() if differs(dest / name, content)]
     changed = bool(changed_files)

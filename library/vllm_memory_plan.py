@@ -295,6 +295,11 @@ kv_cache_dtype:
   returned: when O(recipe) is given (per model in RV(results))
   type: str
   sample: auto
+prefix_caching:
+  description: Whether the server caches prefixes (vLLM's default; off with C(enable-prefix-caching) false).
+  returned: when O(recipe) is given (per model in RV(results))
+  type: bool
+  sample: true
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -632,6 +632,7 @@ def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
         "max_model_len": inputs.max_model_len,
         "max_num_seqs": inputs.max_num_seqs,
         "kv_cache_dtype": inputs.kv_cache_dtype,
+        "prefix_caching": inputs.prefix_caching,
         "summary": summary(memory_plan),
     }
 
@@ -658,6 +659,7 @@ def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
         "max_model_len",
         "max_num_seqs",
         "kv_cache_dtype",
+        "prefix_caching",
     )
     result: dict[str, Any] = dict.fromkeys(keys)
     result.update(fits=False, reasons=list(reasons), summary=f"not planned: {len(reasons)} problem(s) with the input")

@@ -226,30 +226,55 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
     if isinstance(get("env"), dict):
         problems += _env_problems(get("env"), f"{label}.env")
     if "published_eval" in recipe:
-        problems += _published_eval_problems(get("published_eval"), f"{label}.published_eval")
+        problems += _published_problems(get("published_eval"), f"{label}.published_eval", _eval_row_problems)
+    if "published_arena" in recipe:
+        problems += _published_problems(get("published_arena"), f"{label}.published_arena", _arena_row_problems)
     return problems + plan_problems(recipe, label)
 
 
-def _published_eval_problems(published: object, label: str) -> list[str]:
-    """The optional published evaluation (library/vllm_bench compares against it): a source and its rows."""
+def _published_problems(published: object, label: str, row_problems) -> list[str]:
+    """An optional block of published figures (published_eval, published_arena): a source and a non-empty list of
+    rows, each mapping checked by ROW_PROBLEMS(row, where)."""
+    key = label.rsplit(".", 1)[-1]
     if not isinstance(published, dict) or not isinstance(published.get("rows"), list) or not published["rows"]:
-        return [f"{label}: expected a mapping with 'source' and a non-empty list 'rows', or no 'published_eval'"]
+        return [f"{label}: expected a mapping with 'source' and a non-empty list 'rows', or no '{key}'"]
     problems = []
     if not isinstance(published.get("source"), str) or not published["source"]:
         problems.append(f"{label}.source is missing: say where the figures were published")
     for index, row in enumerate(published["rows"]):
         where = f"{label}.rows[{index}]"
-        if not isinstance(row, dict):
-            problems.append(f"{where}: expected a mapping")
-            continue
-        if not isinstance(row.get("scenario"), str) or not row["scenario"]:
-            problems.append(f"{where}.scenario: expected the scenario's name as published")
-        for key in PUBLISHED_EVAL_COUNTS:
-            if not _positive_int(row.get(key)):
-                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive integer")
-        for key in PUBLISHED_EVAL_FIGURES:
-            if not _positive_number(row.get(key)):
-                problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
+        problems += row_problems(row, where) if isinstance(row, dict) else [f"{where}: expected a mapping"]
+    return problems
+
+
+def _eval_row_problems(row: dict, where: str) -> list[str]:
+    """A published evaluation's row (library/vllm_bench compares against it, by scenario name)."""
+    problems = []
+    if not isinstance(row.get("scenario"), str) or not row["scenario"]:
+        problems.append(f"{where}.scenario: expected the scenario's name as published")
+    for key in PUBLISHED_EVAL_COUNTS:
+        if not _positive_int(row.get(key)):
+            problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive integer")
+    for key in PUBLISHED_EVAL_FIGURES:
+        if not _positive_number(row.get(key)):
+            problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
+    return problems
+
+
+def _arena_row_problems(row: dict, where: str) -> list[str]:
+    """A published Spark Arena row (vllm_bench's Arena table shows it, by depth and concurrency): depth (>= 0),
+    concurrency (>= 1) and decode_tok_s and/or prefill_tok_s."""
+    problems = []
+    if not (_is_int(row.get("depth")) and row["depth"] >= 0):
+        problems.append(f"{where}.depth={row.get('depth')!r}: expected the context depth in tokens (0 or more)")
+    if not _positive_int(row.get("concurrency")):
+        problems.append(f"{where}.concurrency={row.get('concurrency')!r}: expected a positive integer")
+    figures = [key for key in ("decode_tok_s", "prefill_tok_s") if key in row]
+    if not figures:
+        problems.append(f"{where}: expected decode_tok_s or prefill_tok_s, or both")
+    for key in figures:
+        if not _positive_number(row[key]):
+            problems.append(f"{where}.{key}={row[key]!r}: expected a positive number")
     return problems
 
 

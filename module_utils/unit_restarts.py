@@ -45,7 +45,9 @@ VOLATILE_KEYS = (
 COMPARED_KEYS = ("image", "serve_args", "env", "docker_args", "volumes", "port", "hf_revision")
 
 # The keys of a unit that the roles routing to, watching or measuring a host read (fact vllm_server_endpoints).
-ENDPOINT_KEYS = ("served", "port", "unit", "recipe", "url", "hf_repo", "hf_revision", "image_shown")
+ENDPOINT_KEYS = ("served", "port", "unit", "recipe", "url", "hf_repo", "hf_revision", "image_shown", "snapshot")
+# ... and from its memory plan: what the server holds of a request (vllm_bench's Arena profile keeps within it).
+ENDPOINT_PLAN_KEYS = ("max_model_len", "prefix_caching")
 
 
 def unit_image(model: dict, *, server_image: str, pinned_image_id: str, pinned_image_ref: str) -> dict[str, str]:
@@ -224,9 +226,14 @@ def reconfigured(units: list[dict]) -> list[str]:
 
 def endpoints(units: list[dict]) -> list[dict]:
     """The units that answer the API, as the roles routing to, watching or measuring the host read them: name,
-    port, unit, recipe, URL on the host, model, image, and the memory plan's summary."""
+    port, unit, recipe, URL on the host, model, image, the model's files on the host, the memory plan's summary,
+    its max_model_len and whether it caches prefixes."""
     return [
-        {**{key: unit[key] for key in ENDPOINT_KEYS}, "memory": unit["plan"]["summary"]}
+        {
+            **{key: unit[key] for key in ENDPOINT_KEYS},
+            **{key: unit["plan"].get(key) for key in ENDPOINT_PLAN_KEYS},
+            "memory": unit["plan"]["summary"],
+        }
         for unit in units
         if unit["api"]
     ]

@@ -53,8 +53,10 @@ finish() {
 # --- setup: a failure here stops the run, since no check could mean anything without it ---------------------
 
 # python3-venv: the engine fixture's venv is made with Debian's own Python (tests/fixtures/build-vllm-engine.sh).
+# python3-packaging: the vllm_bench role's integration test builds its llama-benchy venv on this machine, and
+# ansible.builtin.pip wants it, as on a Spark (the role installs it there).
 apt_packages=(docker.io debootstrap docker-registry apt-utils gnupg curl make iproute2 iputils-ping openssh-client
-  python3-venv prometheus prometheus-node-exporter haproxy)
+  python3-venv python3-packaging prometheus prometheus-node-exporter haproxy)
 install_apt_packages() {
   local missing=()
   for package in "${apt_packages[@]}"; do

@@ -44,6 +44,8 @@ BUILD_HINT = "tests/run-all.sh setup (or tests/fixtures/build-vllm-engine.sh and
 START_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 30.0
 MAX_MODEL_LEN = 2048
+# The key of the engine the integration tests share (tests/integration/conftest.py, fixture smollm2_engine).
+SHARED_ENGINE_KEY = "engine-key"
 # The KV cache the engine allocates, instead of a share of the machine's memory: 256 MiB holds some 11,000 tokens
 # of SmolLM2 (30 layers, 3 KV heads of 64 in bf16) and far more of the tiny Qwen3.
 KV_CACHE_BYTES = 256 * 2**20

@@ -7,11 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, STANDIN_NVIDIA_SMI, ansible_tool
 from helpers.playbook_runs import PlaybookRuns
+from helpers.vllm_engine import SHARED_ENGINE_KEY, SMOLLM2, real_model, running_engine
 
 
 @pytest.fixture
@@ -69,3 +71,17 @@ def playbook_runs(tmp_path_factory):
     runs = PlaybookRuns(tmp_path_factory.mktemp("runs"))
     yield runs
     runs.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The real vLLM engine serving SmolLM2-135M-Instruct as "smollm2" behind SHARED_ENGINE_KEY on loopback, shared
+    by the tests that ask the real engine (one 30-60 s start for all of them, at the first that needs it); its
+    base URL. Tests only ask it: none restarts or reconfigures it."""
+    with running_engine(
+        real_model(SMOLLM2),
+        served_name="smollm2",
+        api_key=SHARED_ENGINE_KEY,
+        workdir=tmp_path_factory.mktemp("smollm2-engine"),
+    ) as (base_url, _):
+        yield base_url

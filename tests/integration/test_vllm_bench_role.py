@@ -57,6 +57,8 @@ def run_role(tmp: Path, server: Server, **settings) -> subprocess.CompletedProce
         "vllm_bench_sweep_max_concurrency": 4,
         "vllm_bench_sweep_prompt_tokens": 50,
         "vllm_bench_sweep_output_tokens": 20,
+        # The Arena profile (llama-benchy) is test_vllm_bench_arena.py's.
+        "vllm_bench_arena": False,
         "ansible_python_interpreter": sys.executable,
     } | settings
     play = {"hosts": "spark-1", "gather_facts": False, "vars": variables, "roles": ["vllm_bench"]}
@@ -95,6 +97,13 @@ def test_the_role_writes_the_results_and_a_report_per_model(tmp_path: Path, serv
     [
         ({"vllm_bench_models": ["no-such-model"]}, "vllm_bench_models names no-such-model"),
         ({"vllm_bench_runs": 0}, "vllm_bench_runs (0) must be at least 1"),
+        (
+            {"vllm_bench_arena": True, "vllm_bench_arena_book_url": "http://books.example/1661.txt"},
+            "vllm_bench_arena_book_url='http://books.example/1661.txt' uses plain http to another machine",
+        ),
+        ({"vllm_bench_arena": True, "vllm_bench_arena_depths": [0, -1]}, "vllm_bench_arena_depths[1]"),
+        ({"vllm_bench_arena": True, "vllm_bench_arena_concurrency": []}, "vllm_bench_arena_concurrency"),
+        ({"vllm_bench_arena": True, "vllm_bench_arena_output_tokens": 1}, "vllm_bench_arena_output_tokens"),
     ],
 )
 def test_bad_settings_fail_before_any_request(tmp_path: Path, server: Server, settings: dict, named: str) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from helpers.vllm_engine import SMOLLM2, real_model, running_engine
+from helpers.vllm_engine import SHARED_ENGINE_KEY
 from helpers.vllm_standin import Server, start_server, stop_server
 
-KEY = "quality-key"
+KEY = SHARED_ENGINE_KEY  # the shared engine's, and the stand-ins'
 CAPITAL = "What is the capital of France? Answer in one word."
 GREETING = "Say hello in one short sentence."
 # SmolLM2 finds a needle anywhere in 4,000 tokens of prose (measured with this engine); the engine fixture serves
@@ -25,12 +25,10 @@ NEEDLE_DEPTH = 1500
 MODEL = {"hf_repo": "HuggingFaceTB/SmolLM2-135M-Instruct", "hf_revision": "12fd25f77366fa6b3b4b768ec3050bf629380bac"}
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with running_engine(
-        real_model(SMOLLM2), served_name="smollm2", api_key=KEY, workdir=tmp_path_factory.mktemp("engine")
-    ) as (base_url, _):
-        yield base_url
+@pytest.fixture
+def engine(smollm2_engine: str) -> str:
+    """The real engine the integration tests share (conftest.py): SmolLM2 as "smollm2", behind KEY."""
+    return smollm2_engine
 
 
 @contextmanager

@@ -6,6 +6,7 @@ and is stopped by the test that started it. The flag-parsing rules are also chec
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -263,6 +264,44 @@ def test_chat_stream_with_usage_chunk(server: Server) -> None:
     assert usage["usage"]["prompt_tokens"] == 5
     assert usage["usage"]["completion_tokens"] == 6
     assert usage["usage"]["total_tokens"] == 11
+
+
+def test_a_chat_stream_returns_token_ids_when_asked(server: Server) -> None:
+    """vLLM's return_token_ids: the prompt's ids on the opening chunk, each token's own on the others."""
+    body = {
+        "model": "spark-test",
+        "messages": [{"role": "user", "content": "count to three"}],
+        "max_tokens": 3,
+        "stream": True,
+        "return_token_ids": True,
+    }
+    _, raw, _ = request(server, "POST", "/v1/chat/completions", body)
+    chunks = [json.loads(event) for event in sse_events(raw)[:-1]]
+    assert len(chunks[0]["prompt_token_ids"]) == 3
+    assert [len(chunk["choices"][0]["token_ids"]) for chunk in chunks[1:]] == [1, 1, 1]
+    _, raw, _ = request(server, "POST", "/v1/chat/completions", {**body, "return_token_ids": False})
+    chunks = [json.loads(event) for event in sse_events(raw)[:-1]]
+    assert chunks[0]["prompt_token_ids"] is None and chunks[1]["choices"][0]["token_ids"] is None
+
+
+def test_a_chat_stream_opens_when_the_prefill_is_done(tmp_path: Path) -> None:
+    """As vLLM's serving.py, the role chunk goes out with the engine's first output: a client timing the first
+    chunk (llama-benchy's time to first response) times the prefill. 20 prompt words at 40 tok/s: 0.5 s at least."""
+    standin = start_server(tmp_path, ["org/m"], {"VLLM_STANDIN_PREFILL_TOK_S": "40", "VLLM_STANDIN_LOAD_SECONDS": "0"})
+    try:
+        body = {"messages": [{"role": "user", "content": " ".join(["word"] * 20)}], "max_tokens": 2, "stream": True}
+        connection = http.client.HTTPConnection("127.0.0.1", standin.port, timeout=60)
+        started = time.monotonic()
+        connection.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+        response = connection.getresponse()
+        line = response.readline()
+        while not line.startswith(b"data: "):
+            line = response.readline()
+        assert time.monotonic() - started >= 0.5
+        assert json.loads(line[len(b"data: ") :])["choices"][0]["delta"]["role"] == "assistant"
+        connection.close()
+    finally:
+        stop_server(standin)
 
 
 @pytest.fixture(scope="module")

@@ -250,6 +250,27 @@ def test_nemotron_carries_the_published_evaluation():
             {"published_eval": {"source": "blog", "rows": [{**GOOD_ROW, "decode_tok_s": 0}]}},
             "label.published_eval.rows[0].decode_tok_s=0: expected a positive number",
         ),
+        ({"published_arena": {"source": "arena", "rows": []}}, "label.published_arena: expected a mapping with"),
+        (
+            {"published_arena": {"rows": [{"depth": 0, "concurrency": 1, "decode_tok_s": 5}]}},
+            "label.published_arena.source",
+        ),
+        (
+            {"published_arena": {"source": "arena", "rows": [{"depth": -1, "concurrency": 1, "decode_tok_s": 5}]}},
+            "label.published_arena.rows[0].depth=-1: expected the context depth in tokens (0 or more)",
+        ),
+        (
+            {"published_arena": {"source": "arena", "rows": [{"depth": 0, "concurrency": 0, "decode_tok_s": 5}]}},
+            "label.published_arena.rows[0].concurrency=0: expected a positive integer",
+        ),
+        (
+            {"published_arena": {"source": "arena", "rows": [{"depth": 0, "concurrency": 1}]}},
+            "label.published_arena.rows[0]: expected decode_tok_s or prefill_tok_s, or both",
+        ),
+        (
+            {"published_arena": {"source": "arena", "rows": [{"depth": 0, "concurrency": 1, "prefill_tok_s": "fast"}]}},
+            "label.published_arena.rows[0].prefill_tok_s='fast': expected a positive number",
+        ),
     ],
 )
 def test_schema_problems_name_the_key_and_the_fix(override, expected):
@@ -508,3 +529,9 @@ def test_every_catalog_recipe_names_a_model_type_the_figures_know(path):
     architecture = yaml.safe_load(path.read_text())["architecture"]
     family = FAMILIES[architecture["model_type"]]  # a KeyError names a model type without a rule
     assert (architecture.get("mamba_kind") or None) == family.recurrent_layers
+
+
+def test_gpt_oss_120b_carries_the_published_arena_figure():
+    published = recipe("gpt-oss-120b")["published_arena"]
+    assert published["rows"] == [{"depth": 0, "concurrency": 1, "decode_tok_s": 58.82}]
+    assert "sectorhq.co" in published["source"]

@@ -260,8 +260,16 @@ def test_only_units_that_answer_the_api_are_endpoints(_models):
         "hf_repo",
         "hf_revision",
         "image_shown",
+        "snapshot",
         "memory",
+        "max_model_len",
+        "prefix_caching",
     }
+    assert endpoint["snapshot"] == head["snapshot"]
+    assert (endpoint["max_model_len"], endpoint["prefix_caching"]) == (
+        head["plan"]["max_model_len"],
+        head["plan"]["prefix_caching"],
+    )
 
 
 # --- the module ----------------------------------------------------------------------------------------------------

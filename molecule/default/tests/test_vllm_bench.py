@@ -42,6 +42,8 @@ def bench(host, tmp_path_factory: pytest.TempPathFactory) -> tuple[tuple[str, st
         "vllm_bench_sweep_max_concurrency": 2,
         "vllm_bench_sweep_prompt_tokens": 32,
         "vllm_bench_sweep_output_tokens": 8,
+        # The Arena profile's llama-benchy against this same real engine: tests/integration/test_vllm_bench_arena.py.
+        "vllm_bench_arena": False,
     }
     done = run_site("--tags", "serving,untagged", "-e", json.dumps(settings), playbook="bench.yml")
     assert done.returncode == 0, said(done)[-3000:]

@@ -59,6 +59,8 @@ class ParsedRequest:
     ignore_eos: bool
     n: int = 1  # choices per request (non-streamed only here)
     thinking: bool = True  # chat_template_kwargs.enable_thinking: false answers without reasoning
+    # vLLM's return_token_ids extension: a stream's first chunk carries the prompt's ids, each other chunk its own
+    return_token_ids: bool = False
 
 
 def _resolve_model(body: dict[str, object], config: ServeConfig) -> str:
@@ -127,6 +129,7 @@ def _common(body: dict[str, object], config: ServeConfig, words: tuple[str, ...]
         ignore_eos=bool(body.get("ignore_eos", False)),
         n=n,
         thinking=thinking,
+        return_token_ids=bool(body.get("return_token_ids", False)),
     )
 
 
@@ -322,15 +325,23 @@ def chat_response(
 
 
 def chat_chunk(
-    request_id: str, created: int, model: str, delta: dict[str, str], finish_reason: str | None, *, first: bool = False
+    request_id: str,
+    created: int,
+    model: str,
+    delta: dict[str, str],
+    finish_reason: str | None,
+    *,
+    first: bool = False,
+    token_ids: list[int] | None = None,
 ) -> dict[str, object]:
-    """A chat stream chunk: the first (the role) carries the null prompt fields, the others token_ids, the last
-    its stop_reason, as vLLM's chunks do."""
+    """A chat stream chunk: the first (the role) carries the prompt fields, the others token_ids, the last its
+    stop_reason, as vLLM's chunks do. The ids are null unless the request asked for return_token_ids; then
+    TOKEN_IDS are the prompt's (first chunk) or the chunk's own."""
     choice: dict[str, object] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
         choice["stop_reason"] = None
     if not first:
-        choice["token_ids"] = None
+        choice["token_ids"] = token_ids
     chunk: dict[str, object] = {
         "id": request_id,
         "object": "chat.completion.chunk",
@@ -339,7 +350,7 @@ def chat_chunk(
         "choices": [choice],
     }
     if first:
-        chunk.update(prompt_token_ids=None, prompt_text=None)
+        chunk.update(prompt_token_ids=token_ids, prompt_text=None)
     return chunk
 
 

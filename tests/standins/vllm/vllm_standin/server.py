@@ -64,6 +64,10 @@ def _json_bytes(body: object) -> bytes:
 class Handler(BaseHTTPRequestHandler):
     server: StandinServer
     protocol_version = "HTTP/1.1"
+    # TCP_NODELAY, as uvicorn sets it: headers and body go out as two writes, and with Nagle's algorithm a
+    # kept-alive connection's next answer waited ~40 ms for the client's delayed ACK (clients that time a request
+    # to subtract it, as llama-benchy does, then measured the stand-in's stall).
+    disable_nagle_algorithm = True
 
     def version_string(self) -> str:
         return "uvicorn"  # the Server header vLLM's uvicorn sends
@@ -270,16 +274,27 @@ class Handler(BaseHTTPRequestHandler):
                 chunk["usage"] = protocol.usage(parsed.prompt_tokens, generated, streamed=True)
             return chunk
 
+        ids = parsed.return_token_ids
         if chat:
-            # vLLM opens a chat stream with the assistant role and empty content.
+            # vLLM opens a chat stream with the assistant role and empty content, when the first token is out
+            # (serving.py sends it on the engine's first output): until then, the prefill, nothing comes.
+            first = next(tokens, None)
+            tokens = itertools.chain([] if first is None else [first], tokens)
             opening = {"role": "assistant", "content": ""}
-            self._event(with_usage(protocol.chat_chunk(request_id, created, parsed.model, opening, None, first=True)))
+            prompt_ids = [protocol.token_id(word) for word in parsed.prompt_words] if ids else None
+            opening_chunk = protocol.chat_chunk(
+                request_id, created, parsed.model, opening, None, first=True, token_ids=prompt_ids
+            )
+            self._event(with_usage(opening_chunk))
         for event in tokens:
             generated += 1
             thought += event.reasoning
             if chat:
                 delta = {"reasoning" if event.reasoning else "content": event.text}
-                chunk = protocol.chat_chunk(request_id, created, parsed.model, delta, event.finish_reason)
+                own = [protocol.token_id(event.text.strip())] if ids else None
+                chunk = protocol.chat_chunk(
+                    request_id, created, parsed.model, delta, event.finish_reason, token_ids=own
+                )
             else:
                 chunk = protocol.completion_chunk(request_id, created, parsed.model, event.text, event.finish_reason)
             self._event(with_usage(chunk))
