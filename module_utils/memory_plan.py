@@ -33,7 +33,6 @@ Standard library only, besides module_utils/model_config_figures.py (the KV rule
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -174,16 +173,11 @@ def batching(recipe: Mapping) -> tuple[int, int]:
     return (DEFAULT_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens), batches
 
 
-def speculative_tokens(flags: Mapping) -> int:
-    """num_speculative_tokens of a recipe's speculative-config flag (a mapping or its JSON text); 0 without one.
+def speculative_tokens(recipe: Mapping) -> int:
+    """num_speculative_tokens of a recipe's speculative block (module_utils/speculative.py); 0 without one.
     Each speculative token adds a Mamba state page per layer and widens its conv state (kv_cache_pages.py)."""
-    config = flags.get("speculative-config")
-    if isinstance(config, str):
-        try:
-            config = json.loads(config)
-        except ValueError:
-            return 0
-    tokens = whole_number(config.get("num_speculative_tokens")) if isinstance(config, Mapping) else None
+    block = recipe.get("speculative")
+    tokens = whole_number(block.get("num_speculative_tokens")) if isinstance(block, Mapping) else None
     return tokens if isinstance(tokens, int) else 0
 
 
@@ -240,7 +234,7 @@ def build_inputs(
         max_num_batched_tokens=batched_tokens,
         concurrent_batches=batches,
         prefix_caching=flags.get("enable-prefix-caching") is not False,
-        speculative_tokens=speculative_tokens(flags),
+        speculative_tokens=speculative_tokens(recipe),
         measured_decode_tok_s=None if measured is None else float(measured),
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ansible.module_utils import input_rules
+from ansible.module_utils import input_rules, speculative
 from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
     FAMILIES,
@@ -559,6 +559,11 @@ def flag_problems(recipe: dict, flag_specs: dict, label: str = "recipe", source:
         planned = {flag: key for key, flag in PLANNED_FLAGS.items()}
         if name in planned:
             problems.append(f"{where}: set {label}.{planned[name]} instead (the memory planner reads it there)")
+        elif name == "speculative-config":
+            problems.append(
+                f"{where}: write it as {label}.speculative (method, num_speculative_tokens, draft), which preflight "
+                "checks against vLLM's SpeculativeConfig and the memory planner counts"
+            )
         elif name in ROLE_FLAGS:
             problems.append(f"{where}: the role sets --{name} from {ROLE_FLAGS[name]}; remove it here")
         elif name not in flag_specs:
@@ -609,7 +614,19 @@ def checked_recipe(
     except RecipeError as error:
         return None, [f"{label}: {error}"]
     problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
+    problems += speculative_problems(recipe, recipes_dir, label)
     return (None if problems else recipe), problems
+
+
+def speculative_problems(recipe: Mapping, recipes_dir: str | Path, label: str) -> list[str]:
+    """The recipe's optional speculative block against the pinned release's SpeculativeConfig."""
+    if "speculative" not in recipe:
+        return []
+    try:
+        contract = speculative.load_contract(recipes_dir)
+    except speculative.ContractError as error:
+        return [f"{label}.speculative: {error}"]
+    return speculative.problems(recipe["speculative"], contract, f"{label}.speculative")
 
 
 def _text(value: object) -> str:
@@ -642,6 +659,8 @@ def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
             args += [f"--{name}", *(_text(item) for item in value)]
         else:
             args += [f"--{name}", _text(value)]
+    if recipe.get("speculative"):
+        args += ["--speculative-config", _text(speculative.config(recipe["speculative"]))]
     return args
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from ansible.module_utils import speculative
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
@@ -129,12 +130,16 @@ def resolve_model(
 
 
 def snapshots(models: list[dict]) -> list[dict]:
-    """The snapshots to fetch, each once (two served names of one model share their weights)."""
+    """The snapshots to fetch, each once (two served names of one model share their weights): each model's, and
+    the draft model its speculative decoding reads (fetched, verified and fanned out the same way, so that it is
+    in the cache before the unit starts offline)."""
     unique: list[dict] = []
     for model in models:
-        snapshot = {"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}
-        if snapshot not in unique:
-            unique.append(snapshot)
+        own = {"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}
+        draft = speculative.draft(model.get("settings", {}).get("speculative"))
+        for snapshot in [own, draft] if draft else [own]:
+            if snapshot not in unique:
+                unique.append(snapshot)
     return unique
 
 

@@ -34,8 +34,7 @@ def inputs_for(entry: dict) -> PlanInputs:
     case = entry["case"]
     architecture = case["architecture"]
     flags = dict(case.get("serve_flags") or {})
-    if entry["speculative_tokens"]:
-        flags["speculative-config"] = {"method": "mtp", "num_speculative_tokens": entry["speculative_tokens"]}
+    speculative = {"method": "mtp", "num_speculative_tokens": entry["speculative_tokens"]}
     flags["enable-prefix-caching"] = entry["prefix_caching"]
     batched, batches = batching({"serve_flags": flags})
     kv_cache_dtype = case.get("kv_cache_dtype") or "auto"
@@ -66,7 +65,7 @@ def inputs_for(entry: dict) -> PlanInputs:
         max_num_batched_tokens=batched,
         concurrent_batches=batches,
         prefix_caching=entry["prefix_caching"],
-        speculative_tokens=speculative_tokens(flags),
+        speculative_tokens=speculative_tokens({"speculative": speculative}),
     )
 
 

@@ -733,18 +733,18 @@ NANO_MAMBA = {"mamba_num_heads": 64, "mamba_head_dim": 64, "n_groups": 8, "ssm_s
 
 
 @pytest.mark.parametrize(
-    ("serve_flags", "block_size", "mamba_pages"),
+    ("settings", "block_size", "mamba_pages"),
     [
         ({}, 2096, 3),  # prefix caching on (vLLM's default): align mode, 2 states + 1 prefill checkpoint per layer
-        ({"enable-prefix-caching": False}, 2096, 1),
-        ({"speculative-config": {"method": "mtp", "num_speculative_tokens": 2}}, 2112, 5),  # + 1 page per token
+        ({"serve_flags": {"enable-prefix-caching": False}}, 2096, 1),
+        ({"speculative": {"method": "mtp", "num_speculative_tokens": 2}}, 2112, 5),  # + 1 page per token
     ],
     ids=["prefix-caching", "no-prefix-caching", "two-speculative-tokens"],
 )
-def test_a_mamba_state_takes_whole_attention_pages(serve_flags, block_size, mamba_pages):
+def test_a_mamba_state_takes_whole_attention_pages(settings, block_size, mamba_pages):
     # Nemotron-3-Nano-30B-A3B's shape: 6 attention layers (2 KV heads of 128), 23 Mamba-2 layers of 2,134,016 B
     recipe = with_architecture(
-        {**NEMOTRON, "max_model_len": 262144, "serve_flags": serve_flags},
+        {**NEMOTRON, "max_model_len": 262144, "serve_flags": {}, **settings},
         attention_layers=6,
         model_type="nemotron_h",
         mamba_kind="mamba2",

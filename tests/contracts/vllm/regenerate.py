@@ -13,6 +13,8 @@ It writes, each with the release in its header:
   tests/contracts/vllm/metrics.json         every Prometheus metric vLLM defines, with its type and file
   tests/contracts/vllm/kv-cache-plans.json  vLLM's own KV cache plan for every recipe and test shape
                                             (kv_cache_plans.py: its real spec classes and planning functions)
+  recipes/vllm-speculative-config.json      SpeculativeConfig's methods and keys (preflight checks a recipe's
+                                            `speculative` block on it)
 The flag list is read from the help text by module_utils/vllm_flags.py, the same reader the Spark runs on the
 pinned image's own help; this script then checks that reading against the parser's own actions, so a help
 format the reader gets wrong fails here instead of in a user's preflight. CI never installs vLLM: the
@@ -183,6 +185,44 @@ def metrics() -> dict[str, dict]:
     return dict(sorted(found.items()))
 
 
+def _literal_values(annotation: object) -> list[str]:
+    """The strings of a (nested) typing.Literal, in order."""
+    import typing
+
+    values: list[str] = []
+    for argument in typing.get_args(annotation):
+        values += [argument] if isinstance(argument, str) else _literal_values(argument)
+    return values
+
+
+def speculative_config(version: str) -> dict:
+    """vLLM's SpeculativeConfig as a recipe may write it: the method names (SpeculativeMethod), the MTP model
+    types it takes as deprecated names of "mtp", and each key a user sets (the dataclass fields that are not
+    the engine's own SkipValidation configs), with its type as written in the source."""
+    import dataclasses
+
+    from vllm.config.speculative import MTPModelTypes, SpeculativeConfig, SpeculativeMethod
+
+    keys = {
+        field.name: field.type.__name__ if isinstance(field.type, type) else str(field.type).replace("typing.", "")
+        for field in dataclasses.fields(SpeculativeConfig)
+        if field.init and "SkipValidation" not in str(field.type)
+    }
+    return {
+        "vllm_version": version,
+        "generated_by": "tests/contracts/vllm/regenerate.py",
+        "methods": _literal_values(SpeculativeMethod),
+        "mtp_aliases": [name for name in _literal_values(MTPModelTypes) if name != "mtp"],
+        "keys": keys,
+    }
+
+
+def write_speculative_config(version: str) -> int:
+    document = speculative_config(version)
+    (ROOT / "recipes" / "vllm-speculative-config.json").write_text(json.dumps(document, indent=1) + "\n")
+    return len(document["keys"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("version", help="the vLLM release installed in this python's venv, e.g. 0.33.0")
@@ -209,7 +249,11 @@ def main() -> int:
         document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", key: body}
         (HERE / file_name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     plans = write_contract(args.version)
-    print(f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(found)} metrics, {plans} KV plans")
+    speculative_keys = write_speculative_config(args.version)
+    print(
+        f"vLLM {args.version}: {len(flags)} flags, {len(SCHEMAS)} schemas, {len(found)} metrics, {plans} KV plans, "
+        f"{speculative_keys} speculative-config keys"
+    )
     return 0
 
 

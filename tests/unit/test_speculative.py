@@ -1,0 +1,150 @@
+"""module_utils/speculative.py: a recipe's speculative block checked against vLLM 0.33.0's SpeculativeConfig
+(recipes/vllm-speculative-config.json, generated from the release) and rendered as --speculative-config; the
+draft model fetched like the main weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import ROOT
+from recipe_rules import checked_recipe, serve_args
+from speculative import config, draft, load_contract, problems
+from vllm_flags import load_flag_list
+
+RECIPES_DIR = ROOT / "recipes"
+CONTRACT = load_contract(RECIPES_DIR)
+FLAGS = load_flag_list(RECIPES_DIR / "vllm-serve-flags.txt")
+DRAFT = {"hf_repo": "RedHatAI/gpt-oss-120b-speculator.eagle3", "hf_revision": "a" * 40}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 2}
+
+
+def test_the_contract_is_the_releases():
+    assert CONTRACT["vllm_version"] == "0.33.0"
+    assert {"mtp", "eagle3", "draft_model", "ngram", "suffix", "dflash"} <= set(CONTRACT["methods"])
+    assert "qwen3_5_mtp" in CONTRACT["mtp_aliases"] and "mtp" not in CONTRACT["mtp_aliases"]
+    assert {"num_speculative_tokens", "prompt_lookup_max", "moe_backend", "draft_tensor_parallel_size"} <= set(
+        CONTRACT["keys"]
+    )
+    # The engine's own configs are no user's keys.
+    assert "target_model_config" not in CONTRACT["keys"]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"method": "mtp", "num_speculative_tokens": 3, "moe_backend": "triton"},
+        NGRAM,
+        {"method": "eagle3", "num_speculative_tokens": 3, "draft": DRAFT},
+        {"method": "draft_model", "num_speculative_tokens": 4, "draft": DRAFT, "draft_tensor_parallel_size": 1},
+    ],
+    ids=["mtp", "ngram", "eagle3", "draft-model"],
+)
+def test_good_blocks_pass(block):
+    assert problems(block, CONTRACT, "r.speculative") == []
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ("mtp", "r.speculative: expected a mapping with method, num_speculative_tokens and"),
+        ({"num_speculative_tokens": 3}, "r.speculative.method is missing: one of ngram, draft_model,"),
+        (
+            {"method": "mpt", "num_speculative_tokens": 3},
+            "is not a speculative method of vLLM 0.33.0; did you mean 'mtp'?",
+        ),
+        (
+            {"method": "qwen3_5_mtp", "num_speculative_tokens": 3},
+            "r.speculative.method='qwen3_5_mtp': vLLM 0.33.0 takes it as a deprecated name of 'mtp': write mtp",
+        ),
+        ({"method": "custom_class", "num_speculative_tokens": 3}, "not supported, it loads the Python class"),
+        ({"method": "mtp"}, "r.speculative.num_speculative_tokens=None: expected a positive integer"),
+        ({"method": "mtp", "num_speculative_tokens": 0}, "num_speculative_tokens=0: expected a positive integer"),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 3},
+            "r.speculative.draft is missing: method 'eagle3' needs a draft model, as {hf_repo, hf_revision}",
+        ),
+        ({**NGRAM, "draft": DRAFT}, "r.speculative.draft: method 'ngram' uses no draft model; remove it"),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 3, "draft": {**DRAFT, "hf_revision": "main"}},
+            "r.speculative.draft.hf_revision='main': expected a pinned commit of the draft's repository",
+        ),
+        (
+            {"method": "mtp", "num_speculative_tokens": 3, "moe_backen": "triton"},
+            "r.speculative.moe_backen: not a key of vLLM 0.33.0's SpeculativeConfig; did you mean 'moe_backend'?",
+        ),
+        (
+            {"method": "eagle3", "num_speculative_tokens": 3, "draft": DRAFT, "model": "org/x"},
+            "r.speculative.model: set r.speculative.draft.hf_repo instead",
+        ),
+        ({"method": "mtp", "num_speculative_tokens": 3, "moe_backend": "a\nb"}, "r.speculative.moe_backend="),
+        ({"method": "mtp", "num_speculative_tokens": 3, "moe_backend": {"a": 1}}, "expected a value or a list"),
+    ],
+)
+def test_bad_blocks_are_named_with_the_fix(block, expected):
+    found = problems(block, CONTRACT, "r.speculative")
+    assert any(expected in problem for problem in found), found
+
+
+def test_a_draft_renders_as_model_and_revision():
+    block = {"method": "eagle3", "num_speculative_tokens": 3, "draft": DRAFT, "draft_tensor_parallel_size": 1}
+    assert draft(block) == DRAFT
+    assert config(block) == {
+        "method": "eagle3",
+        "num_speculative_tokens": 3,
+        "model": DRAFT["hf_repo"],
+        "revision": DRAFT["hf_revision"],
+        "draft_tensor_parallel_size": 1,
+    }
+    assert draft(NGRAM) is None and config(NGRAM) == NGRAM
+
+
+def test_a_recipe_with_a_speculative_block_gets_speculative_config():
+    recipe, found = checked_recipe("smollm2-135m-instruct", RECIPES_DIR, {"speculative": NGRAM}, FLAGS, "r")
+    assert found == []
+    args = serve_args(recipe, FLAGS)
+    assert args[-2] == "--speculative-config"
+    assert json.loads(args[-1]) == NGRAM
+
+
+def test_speculative_config_in_serve_flags_is_sent_to_the_block():
+    overrides = {"serve_flags": {"speculative-config": NGRAM}}
+    recipe, found = checked_recipe("smollm2-135m-instruct", RECIPES_DIR, overrides, FLAGS, "r")
+    assert recipe is None
+    assert found == [
+        "r.serve_flags.speculative-config: write it as r.speculative (method, num_speculative_tokens, draft), "
+        "which preflight checks against vLLM's SpeculativeConfig and the memory planner counts"
+    ]
+
+
+def test_a_bad_block_stops_the_recipe():
+    recipe, found = checked_recipe("smollm2-135m-instruct", RECIPES_DIR, {"speculative": {"method": "x"}}, FLAGS, "r")
+    assert recipe is None and any(problem.startswith("r.speculative.method='x'") for problem in found)
+
+
+def test_the_draft_is_fetched_with_the_model(run_module):
+    entry = {
+        "recipe": "smollm2-135m-instruct",
+        "port": 8000,
+        "speculative": {"method": "eagle3", "num_speculative_tokens": 3, "draft": DRAFT},
+    }
+    result = run_module(
+        "vllm_models",
+        {
+            "models": [entry],
+            "recipes_dir": str(RECIPES_DIR),
+            "listen_address": "127.0.0.1",
+            "data_dir": "/var/lib/sparkfleet",
+            "config_dir": "/etc/sparkfleet/vllm",
+            "host": "spark-1",
+            "memory_total_bytes": 127_601_400 * 1024,
+        },
+        check_mode=True,
+    )
+    assert not result.get("failed"), result
+    (model,) = result["models"]
+    assert result["snapshots"] == [{"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}, DRAFT]
+    assert (
+        json.loads(model["serve_args"][model["serve_args"].index("--speculative-config") + 1])["model"]
+        == (DRAFT["hf_repo"])
+    )
