@@ -43,6 +43,7 @@ from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, Attention
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
 from ansible.module_utils.recipe_rules import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
+from ansible.module_utils.speculative import draft_figures
 
 GIB = 2**30
 
@@ -94,6 +95,10 @@ class PlanInputs:
     concurrent_batches: int = 2
     prefix_caching: bool = True  # vLLM's default; for a hybrid it means Mamba cache mode "align"
     speculative_tokens: int = 0
+    # The speculative draft (module_utils/speculative.py draft_figures): its weights, and its attention layers,
+    # which have the model's shape and join the full-attention layers' KV cache.
+    draft_weight_bytes: float = 0.0
+    draft_attention_layers: int = 0
     measured_decode_tok_s: float | None = None
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
@@ -207,6 +212,7 @@ def build_inputs(
     batched_tokens, batches = batching(recipe)
     flags = recipe.get("serve_flags") or {}
     measured = (recipe.get("measured") or {}).get("decode_tok_s")
+    draft_weights, draft_layers = draft_figures(recipe)
     return PlanInputs(
         name=name,
         memory_total_bytes=int(memory_total_bytes),
@@ -235,6 +241,8 @@ def build_inputs(
         concurrent_batches=batches,
         prefix_caching=flags.get("enable-prefix-caching") is not False,
         speculative_tokens=speculative_tokens(recipe),
+        draft_weight_bytes=draft_weights,
+        draft_attention_layers=draft_layers,
         measured_decode_tok_s=None if measured is None else float(measured),
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),
@@ -248,7 +256,16 @@ def build_inputs(
 
 
 def weights_bytes_per_node(inputs: PlanInputs) -> float:
-    return inputs.weight_bytes / inputs.tensor_parallel_size
+    """The model's weights and its draft's, this node's share."""
+    return (inputs.weight_bytes + inputs.draft_weight_bytes) / inputs.tensor_parallel_size
+
+
+def without_draft(inputs: PlanInputs) -> PlanInputs:
+    return replace(inputs, draft_weight_bytes=0.0, draft_attention_layers=0)
+
+
+def has_draft(inputs: PlanInputs) -> bool:
+    return bool(inputs.draft_weight_bytes or inputs.draft_attention_layers)
 
 
 def attention_layout(inputs: PlanInputs) -> AttentionLayout:
@@ -256,6 +273,7 @@ def attention_layout(inputs: PlanInputs) -> AttentionLayout:
     defaults of a recipe that does not describe its attention kinds: every attention layer full, no Mamba layer."""
     sliding = inputs.sliding_window_layers
     full = inputs.attention_layers - sliding if inputs.full_attention_layers is None else inputs.full_attention_layers
+    full += inputs.draft_attention_layers
     return AttentionLayout(
         model_type=inputs.name,
         kind=inputs.attention_kind,
@@ -530,7 +548,22 @@ def refusal_reasons(inputs: PlanInputs) -> list[str]:
         reasons.append(_weights_reason(inputs, utilization, at_safe_limit))
     elif sequences_held(inputs, utilization) < 1:
         reasons.append(_context_reason(inputs, utilization, at_safe_limit))
+    if reasons and has_draft(inputs) and not refusal_reasons(without_draft(inputs)):
+        reasons[-1] += f"; or do without speculative decoding: {draft_cost(inputs)}, and without it the plan fits"
     return reasons
+
+
+def draft_cost(inputs: PlanInputs) -> str:
+    """What the draft takes on this node: its weights, its KV layers, and the full-length sequences they cost at
+    the planned utilization."""
+    utilization = inputs.gpu_memory_utilization
+    lost = sequences_held(without_draft(inputs), utilization) - sequences_held(inputs, utilization)
+    weights = inputs.draft_weight_bytes / inputs.tensor_parallel_size
+    layers = inputs.draft_attention_layers
+    return (
+        f"the draft takes {gib_text(weights)} of weights and {layers} attention layer{'s' if layers != 1 else ''} "
+        f"of KV cache, {lost:,} {inputs.max_model_len:,}-token sequence{'s' if lost != 1 else ''} fewer"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -584,6 +617,8 @@ def summary(memory_plan: MemoryPlan) -> str:
             f"; max_num_seqs {inputs.max_num_seqs} is more: fine, vLLM schedules by active context, so that many "
             "run at once only while their contexts are shorter"
         )
+    if has_draft(inputs):
+        line += f"; speculative decoding ({inputs.speculative_tokens} tokens): {draft_cost(inputs)}"
     line += f"; decode at most {memory_plan.decode_bound_tok_s:,.1f} tok/s (bandwidth bound)"
     if inputs.measured_decode_tok_s is not None:
         line += f", {inputs.measured_decode_tok_s:,.1f} tok/s measured"

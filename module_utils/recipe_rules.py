@@ -334,7 +334,8 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
     problems += _measured_problems(get("measured"), f"{label}.measured")
     if problems:
         return problems
-    return _context_problems(recipe, label) + _kv_layout_problems(recipe, label)
+    found = _context_problems(recipe, label) + _kv_layout_problems(recipe, label)
+    return found + speculative.draft_plan_problems(recipe, label)
 
 
 def _architecture_problems(architecture: Mapping, label: str) -> list[str]:

@@ -150,3 +150,80 @@ def config(block: Mapping) -> dict:
     if found:
         rendered |= {"model": found["hf_repo"], "revision": found["hf_revision"]}
     return rendered | {key: value for key, value in block.items() if key not in OWN_KEYS}
+
+
+# --- what the draft costs (the memory planner) ---------------------------------------------------------------
+# MTP loads the checkpoint's own MTP layers as the draft (hf_model_figures measures them apart: mtp_layers,
+# mtp_weight_bytes), each an attention layer of the model's shape with its own KV cache. A draft model brings its
+# own weights and attention layers (speculative.draft.architecture). The planner counts the draft's layers as
+# more full-attention layers of the model's shape, which is what vLLM lays out when the shapes agree (one KV
+# page size); a draft of another attention shape is refused rather than guessed. ngram, ngram_gpu and suffix
+# propose from the text and cost no memory.
+DRAFT_ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim")
+
+
+def draft_plan_problems(recipe: Mapping, label: str) -> list[str]:
+    """What the planner needs to count the draft, with the fix; [] without speculation or for a method that
+    costs nothing. The block's own shape is problems()' business."""
+    block = recipe.get("speculative")
+    method = block.get("method") if isinstance(block, Mapping) else None
+    if not isinstance(method, str) or method in NO_MODEL:
+        return []
+    architecture = recipe.get("architecture") or {}
+    where = f"{label}.speculative"
+    if method == "mtp":
+        missing = [key for key in ("mtp_layers", "mtp_weight_bytes") if not _positive(architecture.get(key))]
+        if missing:
+            return [
+                f"{label}.architecture.{' and '.join(missing)}: MTP loads the checkpoint's MTP layers as its draft, "
+                "and the planner counts their weights and KV cache: run library/hf_model_figures at the pinned "
+                "revision (it reports mtp_layers and mtp_weight_bytes apart) and copy them into the architecture"
+            ]
+        return []
+    if method == "dspark":
+        return [f"{where}.method='dspark': the memory planner cannot count its draft yet; use mtp or a draft model"]
+    draft_block = block.get("draft")
+    figures = draft_block.get("architecture") if isinstance(draft_block, Mapping) else None
+    if not isinstance(figures, Mapping):
+        return [
+            f"{where}.draft.architecture is missing: the planner counts the draft's weights and KV cache; give "
+            "weight_bytes, attention_layers, kv_heads and head_dim (library/hf_model_figures measures them)"
+        ]
+    found = [
+        f"{where}.draft.architecture.{key}={figures.get(key)!r}: expected a positive "
+        f"{'number' if key == 'weight_bytes' else 'integer'}"
+        for key in ("weight_bytes", *DRAFT_ARCHITECTURE_COUNTS)
+        if not _positive(figures.get(key), integer=key != "weight_bytes")
+    ]
+    if found:
+        return found
+    kind = architecture.get("attention_kind", "full")
+    if kind != "full":
+        return [f"{where}.draft: the planner counts a draft model only beside a full-attention model, not {kind}"]
+    mine = (architecture.get("kv_heads"), architecture.get("head_dim"))
+    theirs = (figures["kv_heads"], figures["head_dim"])
+    if mine != theirs:
+        return [
+            f"{where}.draft.architecture: {theirs[0]} KV heads of {theirs[1]} differ from the model's {mine[0]} of "
+            f"{mine[1]}; the planner counts a draft only with the model's attention shape (one KV page size)"
+        ]
+    return []
+
+
+def _positive(value: object, integer: bool = True) -> bool:
+    if isinstance(value, bool):
+        return False
+    return (isinstance(value, int) if integer else isinstance(value, (int, float))) and value > 0
+
+
+def draft_figures(recipe: Mapping) -> tuple[float, int]:
+    """(weight bytes, attention layers of the model's shape) the draft of a checked recipe adds; (0, 0) without."""
+    block = recipe.get("speculative")
+    method = block.get("method") if isinstance(block, Mapping) else None
+    if method == "mtp":
+        architecture = recipe["architecture"]
+        return float(architecture["mtp_weight_bytes"]), int(architecture["mtp_layers"])
+    figures = (block or {}).get("draft", {}).get("architecture") if method not in (None, *NO_MODEL) else None
+    if isinstance(figures, Mapping):
+        return float(figures["weight_bytes"]), int(figures["attention_layers"])
+    return 0.0, 0

@@ -8,7 +8,8 @@ import json
 
 import pytest
 from helpers import ROOT
-from recipe_rules import checked_recipe, serve_args
+from memory_plan import build_inputs, plan, summary
+from recipe_rules import checked_recipe, load_recipe, serve_args
 from speculative import config, draft, load_contract, problems
 from vllm_flags import load_flag_list
 
@@ -123,10 +124,16 @@ def test_a_bad_block_stops_the_recipe():
 
 
 def test_the_draft_is_fetched_with_the_model(run_module):
+    # An EAGLE-3 head of SmolLM2's attention shape: one layer.
+    draft_figures = {"weight_bytes": 20_000_000, "attention_layers": 1, "kv_heads": 3, "head_dim": 64}
     entry = {
         "recipe": "smollm2-135m-instruct",
         "port": 8000,
-        "speculative": {"method": "eagle3", "num_speculative_tokens": 3, "draft": DRAFT},
+        "speculative": {
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+            "draft": {**DRAFT, "architecture": draft_figures},
+        },
     }
     result = run_module(
         "vllm_models",
@@ -148,3 +155,83 @@ def test_the_draft_is_fetched_with_the_model(run_module):
         json.loads(model["serve_args"][model["serve_args"].index("--speculative-config") + 1])["model"]
         == (DRAFT["hf_repo"])
     )
+
+
+# --- what the draft costs ---------------------------------------------------------------------------------------
+
+SMOLLM2 = load_recipe("smollm2-135m-instruct", RECIPES_DIR)
+SPARK = 127_601_400 * 1024
+MTP = {"method": "mtp", "num_speculative_tokens": 3}
+
+
+def planned(recipe: dict, memory_total_bytes: int = SPARK):
+    inputs, found = build_inputs(recipe, memory_total_bytes=memory_total_bytes, name="r")
+    return inputs, found
+
+
+def test_mtp_needs_the_checkpoints_measured_mtp_figures():
+    _, found = planned({**SMOLLM2, "speculative": MTP})
+    assert found == [
+        "r.architecture.mtp_layers and mtp_weight_bytes: MTP loads the checkpoint's MTP layers as its draft, and the "
+        "planner counts their weights and KV cache: run library/hf_model_figures at the pinned revision (it reports "
+        "mtp_layers and mtp_weight_bytes apart) and copy them into the architecture"
+    ]
+
+
+def test_the_mtp_layer_adds_its_weights_and_one_layer_of_kv_cache():
+    architecture = {**SMOLLM2["architecture"], "mtp_layers": 1, "mtp_weight_bytes": 9_000_000}
+    inputs, found = planned({**SMOLLM2, "architecture": architecture, "speculative": MTP})
+    assert found == []
+    alone, _ = planned(SMOLLM2)
+    with_draft, without = plan(inputs), plan(alone)
+    assert with_draft.weights_bytes == without.weights_bytes + 9_000_000
+    # 31 attention layers of SmolLM2's shape instead of 30: one more layer's K and V per token.
+    assert with_draft.kv_bytes_per_token == without.kv_bytes_per_token * 31 // 30
+    assert with_draft.max_full_length_seqs < without.max_full_length_seqs
+    lost = without.max_full_length_seqs - with_draft.max_full_length_seqs
+    assert (
+        f"speculative decoding (3 tokens): the draft takes 0.0 GiB of weights and 1 attention layer of KV cache, "
+        f"{lost:,} {SMOLLM2['max_model_len']:,}-token sequences fewer" in summary(with_draft)
+    )
+
+
+def test_ngram_costs_nothing():
+    inputs, found = planned({**SMOLLM2, "speculative": NGRAM})
+    alone, _ = planned(SMOLLM2)
+    assert found == [] and plan(inputs).max_full_length_seqs == plan(alone).max_full_length_seqs
+    assert "speculative decoding" not in summary(plan(inputs))
+
+
+@pytest.mark.parametrize(
+    ("figures", "expected"),
+    [
+        (None, "r.speculative.draft.architecture is missing: the planner counts the draft's weights and KV cache"),
+        (
+            {"weight_bytes": 1e9, "attention_layers": 1, "kv_heads": 8, "head_dim": 64},
+            "r.speculative.draft.architecture: 8 KV heads of 64 differ from the model's 3 of 64",
+        ),
+        (
+            {"weight_bytes": 1e9, "attention_layers": 0, "kv_heads": 3, "head_dim": 64},
+            "r.speculative.draft.architecture.attention_layers=0: expected a positive integer",
+        ),
+    ],
+)
+def test_a_draft_model_needs_figures_of_the_models_attention_shape(figures, expected):
+    draft_block = {**DRAFT, **({"architecture": figures} if figures else {})}
+    _, found = planned(
+        {**SMOLLM2, "speculative": {"method": "eagle3", "num_speculative_tokens": 3, "draft": draft_block}}
+    )
+    assert any(problem.startswith(expected) for problem in found), found
+
+
+def test_a_plan_that_fits_only_without_its_draft_says_so():
+    # A 10 GiB machine at 0.5: its 5 GiB pool holds SmolLM2 (0.25 GiB), the 2 GiB estimate and the KV cache, but
+    # not a 3 GiB draft on top.
+    figures = {"weight_bytes": 3 * 2**30, "attention_layers": 1, "kv_heads": 3, "head_dim": 64}
+    block = {"method": "eagle3", "num_speculative_tokens": 3, "draft": {**DRAFT, "architecture": figures}}
+    recipe = {**SMOLLM2, "gpu_memory_utilization": 0.5, "speculative": block}
+    inputs, found = build_inputs(recipe, memory_total_bytes=10 * 2**30, name="r", os_reserve_min_gib=1.0)
+    assert found == []
+    reasons = plan(inputs).reasons
+    assert reasons and reasons[-1].endswith("and without it the plan fits"), reasons
+    assert "or do without speculative decoding: the draft takes 3.0 GiB of weights" in reasons[-1]

@@ -737,7 +737,7 @@ NANO_MAMBA = {"mamba_num_heads": 64, "mamba_head_dim": 64, "n_groups": 8, "ssm_s
     [
         ({}, 2096, 3),  # prefix caching on (vLLM's default): align mode, 2 states + 1 prefill checkpoint per layer
         ({"serve_flags": {"enable-prefix-caching": False}}, 2096, 1),
-        ({"speculative": {"method": "mtp", "num_speculative_tokens": 2}}, 2112, 5),  # + 1 page per token
+        ({"speculative": {"method": "ngram", "num_speculative_tokens": 2}}, 2112, 5),  # + 1 page per token
     ],
     ids=["prefix-caching", "no-prefix-caching", "two-speculative-tokens"],
 )
