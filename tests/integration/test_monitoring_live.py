@@ -86,6 +86,9 @@ def storage_of(config: Path, tmp: Path) -> list[str]:
     return [f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}"]
 
 
+SPECULATIVE = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})]
+
+
 def completion(port: int, max_tokens: int) -> None:
     body = json.dumps({"model": MODEL, "prompt": "Say hello to the fleet", "max_tokens": max_tokens}).encode()
     request = urllib.request.Request(
@@ -105,7 +108,8 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     processes = [
         start([NODE_EXPORTER, *args_of(files["exporter_args"])], tmp / "node_exporter.log"),
         start(
-            [str(VLLM), "serve", "org/Qwen3-0.6B", "--served-model-name", MODEL, *STANDIN_ADDRESS],
+            # With speculation, so that the speculative-decoding panels have counters (known acceptance 0.7).
+            [str(VLLM), "serve", "org/Qwen3-0.6B", "--served-model-name", MODEL, *STANDIN_ADDRESS, *SPECULATIVE],
             tmp / "vllm.log",
             env,
         ),
@@ -184,7 +188,7 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
         return all(rule.get("lastEvaluation", "").startswith("2") for rule in rules())
 
     wait_until(evaluated, "every rule evaluated", prometheus)
-    assert len(rules()) == 9
+    assert len(rules()) == 12
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'
     # job names and labels are those of the configuration. A rule can evaluate before a target's first failed
@@ -198,6 +202,18 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
     wait_until(lambda: expected <= pending_alerts(), "the pair's down alerts pending", prometheus)
     pending = pending_alerts()
     assert ("VllmEndpointDown", "spark-a") not in pending and ("SparkDown", "spark-a") not in pending
+
+
+def test_the_speculation_rules_read_the_standins_known_acceptance(prometheus):
+    """The recording rules on vLLM's spec_decode counters, as the stand-in counts them: the fixture's six answers
+    (4, 8, 16, 8, 4 and 12 tokens), 3 draft tokens a step and 2 of them accepted (VLLM_STANDIN_SPEC_ACCEPTANCE 0.7
+    of 3), fewer where an answer ends: 17 drafts, 51 draft tokens, 29 accepted."""
+    acceptance = 'sparkfleet:vllm_spec_decode_acceptance_rate:rate5m{spark="spark-a"}'
+    length = 'sparkfleet:vllm_spec_decode_mean_accepted_length:rate5m{spark="spark-a"}'
+    for rule in (acceptance, length):
+        wait_until(lambda rule=rule: query(rule)["data"]["result"], rule, prometheus)
+    assert float(query(acceptance)["data"]["result"][0]["value"][1]) == pytest.approx(29 / 51)
+    assert float(query(length)["data"]["result"][0]["value"][1]) == pytest.approx(1 + 29 / 17)
 
 
 # --- With logins and TLS ------------------------------------------------------------------------------------------

@@ -32,10 +32,10 @@ def engine(smollm2_engine: str) -> str:
 
 
 @contextmanager
-def standin(tmp: Path, faults: dict[str, str]) -> Iterator[Server]:
-    """A stand-in vLLM with the key and these faults (VLLM_STANDIN_FAULT_*), stopped on exit."""
+def standin(tmp: Path, faults: dict[str, str], args: tuple[str, ...] = ()) -> Iterator[Server]:
+    """A stand-in vLLM with the key and these faults (VLLM_STANDIN_FAULT_*) and serve arguments, stopped on exit."""
     env = {"VLLM_STANDIN_LOAD_SECONDS": "0.1", "VLLM_STANDIN_DECODE_TOK_S": "2000", **faults}
-    server = start_server(tmp, ["org/model", "--served-model-name", "standin", "--api-key", KEY], env)
+    server = start_server(tmp, ["org/model", "--served-model-name", "standin", "--api-key", KEY, *args], env)
     try:
         yield server
     finally:
@@ -122,6 +122,26 @@ def test_a_server_that_answers_garbage_after_some_requests_fails_its_canary(tmp_
         done = gate(server.base, "standin", canaries=[CAPITAL], expected=recorded["answers"])
     assert done.get("failed")
     assert f"canary {CAPITAL!r}: expected {recorded['answers'][CAPITAL]!r:.40}" in done["msg"]
+
+
+def test_speculation_that_changes_the_answers_fails_the_canaries_recorded_without_it(tmp_path, gate):
+    """Greedy answers must not change when speculative decoding is turned on: the canaries recorded at the last
+    good start without it hold the start with it (a draft path that corrupts the output, VLLM_STANDIN_FAULT_SPEC_WRONG,
+    answers wrongly only while speculating)."""
+    record = tmp_path / "standin.last-good.canaries.json"
+    held = {"canaries": [CAPITAL], "record_file": str(record), "model": MODEL}
+    fault = {"VLLM_STANDIN_FAULT_SPEC_WRONG": "1"}
+    (tmp_path / "plain").mkdir()
+    with standin(tmp_path / "plain", fault) as server:
+        assert not gate(server.base, "standin", **held).get("failed")
+    speculative = ("--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3}))
+    (tmp_path / "speculating").mkdir()
+    with standin(tmp_path / "speculating", fault, speculative) as server:
+        done = gate(server.base, "standin", **held)
+    assert done.get("failed")
+    recorded = json.loads(record.read_text())
+    assert f"canary {CAPITAL!r}: expected" in done["msg"], done["msg"]
+    assert recorded, "the recording of the good start stays"
 
 
 def test_a_stream_cut_short_fails_the_soak(tmp_path, gate):

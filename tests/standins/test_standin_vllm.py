@@ -304,6 +304,51 @@ def test_a_chat_stream_opens_when_the_prefill_is_done(tmp_path: Path) -> None:
         stop_server(standin)
 
 
+def test_speculation_counts_drafts_with_the_known_acceptance(tmp_path: Path) -> None:
+    """vLLM's spec_decode counters with --speculative-config: 3 draft tokens a step, 2 accepted (0.7 of 3), the
+    last step of an answer accepting only what the answer still needs. A 10-token answer: 9 tokens after the first
+    in 3 steps of 2 accepted + 1."""
+    speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})]
+    standin = start_server(tmp_path, ["org/m", *speculative], {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0"})
+    try:
+        status, _, _ = request(standin, "POST", "/v1/completions", {"prompt": "a b", "max_tokens": 10}, key=None)
+        assert status == 200
+        _, raw, _ = request(standin, "GET", "/metrics", key=None)
+        text = raw.decode()
+        assert metric(text, "vllm:spec_decode_num_drafts_total") == 3
+        assert metric(text, "vllm:spec_decode_num_draft_tokens_total") == 9
+        assert metric(text, "vllm:spec_decode_num_accepted_tokens_total") == 6
+        per_position = [
+            metric(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(p)) for p in range(3)
+        ]
+        assert per_position == [3, 3, 0]
+    finally:
+        stop_server(standin)
+
+
+def test_no_speculation_no_spec_decode_counters(server: Server) -> None:
+    _, raw, _ = request(server, "GET", "/metrics")
+    assert "spec_decode" not in raw.decode()
+
+
+def test_the_wrong_answers_fault_needs_speculation(tmp_path: Path) -> None:
+    """VLLM_STANDIN_FAULT_SPEC_WRONG: answers come out reversed only while speculating."""
+    env = {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0", "VLLM_STANDIN_FAULT_SPEC_WRONG": "1"}
+    body = {"prompt": "The colour is teal. What is the colour?", "max_tokens": 4}
+    speculative = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})]
+    answers = {}
+    for name, args in (("plain", []), ("speculating", speculative)):
+        (tmp_path / name).mkdir()
+        standin = start_server(tmp_path / name, ["org/m", *args], env)
+        try:
+            _, raw, _ = request(standin, "POST", "/v1/completions", body, key=None)
+            answers[name] = json.loads(raw)["choices"][0]["text"]
+        finally:
+            stop_server(standin)
+    assert "teal" in answers["plain"]
+    assert answers["speculating"] != answers["plain"]
+
+
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A reasoning model (--reasoning-parser): it thinks for VLLM_STANDIN_REASONING_TOKENS tokens, then answers."""

@@ -168,10 +168,16 @@ def test_the_contract_records_metrics_named_through_a_variable_and_counters_by_t
     import sys
 
     sys.path.insert(0, str(CONTRACT))
-    from regenerate import _string_constants, exposed_name
+    from regenerate import _looped_names, _string_constants, exposed_name
 
     source = 'name = "vllm:cache_config_info"\ngauge = Gauge(name=name, documentation="d")\n'
     assert _string_constants(ast.parse(source)) == {"name": {"vllm:cache_config_info"}}
+    # spec_decode/metrics.py names its counters in a list of (name, documentation) it loops over.
+    source = 'specs = [("vllm:spec_decode_num_drafts", "Drafts.")]\n'
+    source += "c = [Counter(name=n, documentation=d) for n, d in specs]\n"
+    assert _looped_names(ast.parse(source)) == {"n": {"vllm:spec_decode_num_drafts": "Drafts."}}
+    for name in ("drafts", "draft_tokens", "accepted_tokens", "accepted_tokens_per_pos"):
+        assert METRICS[f"vllm:spec_decode_num_{name}"]["type"] == "counter"
     assert exposed_name("vllm:estimated_flops_per_gpu_total", "counter") == "vllm:estimated_flops_per_gpu"
     assert exposed_name("vllm:kv_cache_usage_perc", "gauge") == "vllm:kv_cache_usage_perc"
     # and the committed contract holds them as a scrape of the real engine names them

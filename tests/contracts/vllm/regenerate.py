@@ -138,6 +138,32 @@ def _string_constants(tree: ast.AST) -> dict[str, set[str]]:
     return found
 
 
+def _looped_names(tree: ast.AST) -> dict[str, dict[str, str]]:
+    """Each loop variable that takes metric names from a list of ("vllm:...", documentation) pairs: the names and
+    their documentation, by variable (spec_decode/metrics.py: `counter_specs = [("vllm:spec_decode_num_drafts",
+    "..."), ...]`, then `self._counter_cls(name=name, documentation=doc, ...) for name, doc in counter_specs`)."""
+    lists: dict[str, dict[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)):
+            pairs = {}
+            for item in node.value.elts:
+                if isinstance(item, ast.Tuple) and len(item.elts) == 2:
+                    name, doc = (element.value if isinstance(element, ast.Constant) else None for element in item.elts)
+                    if isinstance(name, str) and name.startswith("vllm:"):
+                        pairs[name] = doc
+            for target in node.targets:
+                if pairs and isinstance(target, ast.Name):
+                    lists.setdefault(target.id, {}).update(pairs)
+    found: dict[str, dict[str, str]] = {}
+    for node in ast.walk(tree):
+        loop = isinstance(node, (ast.comprehension, ast.For)) and isinstance(node.iter, ast.Name)
+        if loop and node.iter.id in lists and isinstance(node.target, ast.Tuple):
+            first = node.target.elts[0]
+            if isinstance(first, ast.Name):
+                found.setdefault(first.id, {}).update(lists[node.iter.id])
+    return found
+
+
 def exposed_name(name: str, kind: str) -> str:
     """The family name prometheus_client exposes: a counter's "_total" is its sample suffix, not part of the name
     (prometheus_client/metrics.py Counter: a name ending in _total loses it), so a counter defined as
@@ -158,25 +184,29 @@ def metrics() -> dict[str, dict]:
             continue
         tree = ast.parse(text)
         variables = _string_constants(tree)
+        looped = _looped_names(tree)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             keywords = {kw.arg: kw.value for kw in node.keywords}
             name = keywords.get("name")
+            documentation = keywords.get("documentation")
+            documented = documentation.value if isinstance(documentation, ast.Constant) else None
             if isinstance(name, ast.Constant) and str(name.value).startswith("vllm:"):
-                names = {name.value}
+                names = {name.value: documented}
             elif isinstance(name, ast.Name) and name.id in variables:
-                names = variables[name.id]
+                names = dict.fromkeys(variables[name.id], documented)
+            elif isinstance(name, ast.Name) and name.id in looped:
+                names = looped[name.id]
             else:
                 continue
             kind = metric_kind(node)
             if kind is None:
                 continue
-            documentation = keywords.get("documentation")
             for written in sorted(names):
                 entry = {
                     "type": kind,
-                    "documentation": documentation.value if isinstance(documentation, ast.Constant) else None,
+                    "documentation": names[written],
                     "file": str(path.relative_to(package.parent)),
                 }
                 if exposed_name(written, kind) != written:

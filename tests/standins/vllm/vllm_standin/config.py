@@ -7,6 +7,7 @@ not do. Defaults follow vLLM where vLLM has one; the rest are documented in READ
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -35,6 +36,20 @@ class Rates:
 
 
 @dataclass(frozen=True)
+class Speculation:
+    """--speculative-config: vLLM's speculative-decoding counters with a known acceptance. Each decoding step
+    drafts `tokens` and accepts round(acceptance x tokens) of them (VLLM_STANDIN_SPEC_ACCEPTANCE, default 0.7),
+    fewer at the end of an answer, and emits one token more; the answer and its timing do not change."""
+
+    tokens: int = 0  # num_speculative_tokens; 0: no speculation
+    acceptance: float = 0.7
+
+    @property
+    def accepted_per_draft(self) -> int:
+        return round(self.acceptance * self.tokens)
+
+
+@dataclass(frozen=True)
 class Faults:
     """Misbehaviour on purpose, so that the quality gate can be shown catching it. Counted in generation requests
     (chat and completions) since the start; 0: never.
@@ -45,14 +60,18 @@ class Faults:
     usage chunk and `data: [DONE]` (a stream cut short under load).
     VLLM_STANDIN_FAULT_CONTEXT_WORDS=N: answers read only the last N words of the prompt, so a fact placed earlier
     in a long prompt is lost (a model that drops the start of its context).
+    VLLM_STANDIN_FAULT_SPEC_WRONG=1: with --speculative-config, every answer's text comes out reversed (a draft
+    path that corrupts the output, as reported for prefix caching with MTP; the quality gate's canaries, recorded
+    without speculation, catch it).
     A slow start needs no fault of its own: VLLM_STANDIN_LOAD_SECONDS sets how long the weights "load"."""
 
     wrong_after: int = 0
     truncate_after: int = 0
     context_words: int = 0
+    wrong_when_speculating: bool = False
 
-    def wrong(self, number: int) -> bool:
-        return 0 < self.wrong_after < number
+    def wrong(self, number: int, speculating: bool = False) -> bool:
+        return 0 < self.wrong_after < number or (self.wrong_when_speculating and speculating)
 
     def truncated(self, number: int) -> bool:
         return 0 < self.truncate_after < number
@@ -86,6 +105,7 @@ class ServeConfig:
     # (no usage chunk), so clients can test their error for a server without usage reporting.
     ignore_stream_options: bool = False
     faults: Faults = Faults()
+    speculation: Speculation = Speculation()
 
     @property
     def metrics_model_name(self) -> str:
@@ -228,5 +248,25 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
             wrong_after=int(env_float("VLLM_STANDIN_FAULT_WRONG_AFTER", 0)),
             truncate_after=int(env_float("VLLM_STANDIN_FAULT_TRUNCATE_AFTER", 0)),
             context_words=int(env_float("VLLM_STANDIN_FAULT_CONTEXT_WORDS", 0)),
+            wrong_when_speculating=os.environ.get("VLLM_STANDIN_FAULT_SPEC_WRONG", "") not in ("", "0"),
         ),
+        speculation=speculation_from(values.get("speculative_config")),
     )
+
+
+def speculation_from(value: object) -> Speculation:
+    """--speculative-config as JSON text (or --speculative-config.KEY VALUE, a mapping): its number of tokens."""
+    if value in (None, ""):
+        return Speculation()
+    try:
+        config = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        raise UsageError("argument --speculative-config: expected a JSON object") from None
+    if not isinstance(config, dict):
+        raise UsageError("argument --speculative-config: expected a JSON object")
+    tokens = config.get("num_speculative_tokens")
+    tokens = int(tokens) if isinstance(tokens, (int, str)) and str(tokens).isdigit() else 0
+    acceptance = env_float("VLLM_STANDIN_SPEC_ACCEPTANCE", 0.7)
+    if not 0 <= acceptance <= 1:
+        raise UsageError("VLLM_STANDIN_SPEC_ACCEPTANCE must be between 0 and 1")
+    return Speculation(tokens=tokens, acceptance=acceptance)

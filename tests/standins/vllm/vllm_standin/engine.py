@@ -76,7 +76,7 @@ class Engine:
         self._queue: deque[str] = deque()  # request ids waiting for a slot, oldest first
         self._running: dict[str, int] = {}  # request id -> tokens it holds in the KV cache
         self._seen_prompts: deque[tuple[str, ...]] = deque(maxlen=PREFIX_MEMORY)
-        self.metrics = Metrics(config.metrics_model_name, self.gauges, config.max_model_len)
+        self.metrics = Metrics(config.metrics_model_name, self.gauges, config.max_model_len, config.speculation)
 
     def gauges(self) -> dict[str, float]:
         """Live values of vLLM's scheduler gauges."""

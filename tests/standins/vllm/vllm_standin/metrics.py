@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .config import Speculation
+
 # Bucket bounds copied from vLLM's PrometheusStatLogger.
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
@@ -95,8 +97,18 @@ class Histogram:
 class Metrics:
     """The engine's counters and histograms; gauges are read live from the engine when the page is rendered."""
 
-    def __init__(self, model_name: str, gauges: Callable[[], dict[str, float]], max_model_len: int) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        gauges: Callable[[], dict[str, float]],
+        max_model_len: int,
+        speculation: Speculation | None = None,
+    ) -> None:
         self._lock = threading.Lock()
+        # vLLM's SpecDecodingProm counters (v1/spec_decode/metrics.py), only with --speculative-config.
+        self.speculation = speculation = speculation or Speculation()
+        self.drafts = self.draft_tokens = self.accepted_tokens = 0
+        self.accepted_per_position = [0] * speculation.tokens
         self._labels = {"model_name": model_name, "engine": "0"}
         self._gauges = gauges
         self.prompt_tokens = 0
@@ -138,6 +150,22 @@ class Metrics:
             self.counts["generation"].observe(done.generation_tokens)
             self.counts["max_generation"].observe(done.max_tokens)
             self.counts["max_tokens"].observe(done.max_tokens)
+            self._record_speculation(done.generation_tokens)
+
+    def _record_speculation(self, generated: int) -> None:
+        """The drafts of one answer: after its first token, each step drafts `tokens`, accepts up to
+        accepted_per_draft of them (no more than the answer still needs) and emits those and one more."""
+        if not self.speculation.tokens:
+            return
+        remaining = generated - 1
+        while remaining > 0:
+            accepted = min(self.speculation.accepted_per_draft, remaining - 1)
+            self.drafts += 1
+            self.draft_tokens += self.speculation.tokens
+            self.accepted_tokens += accepted
+            for position in range(accepted):
+                self.accepted_per_position[position] += 1
+            remaining -= accepted + 1
 
     def render(self) -> str:
         """The Prometheus text exposition (version 0.0.4) of every metric."""
@@ -202,7 +230,18 @@ class Metrics:
                 ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "max_tokens"),
             ):
                 self._histogram(out, name, help_text, self.counts[key])
+            if self.speculation.tokens:
+                self._speculation(out)
         return "\n".join(out) + "\n"
+
+    def _speculation(self, out: list[str]) -> None:
+        self._counter(out, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", self.drafts)
+        self._counter(out, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", self.draft_tokens)
+        self._counter(out, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", self.accepted_tokens)
+        name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+        out += [f"# HELP {name} Accepted tokens per draft position.", f"# TYPE {name} counter"]
+        for position, count in enumerate(self.accepted_per_position):
+            out.append(f"{name}{_labels({**self._labels, 'position': str(position)})} {_number(count)}")
 
     def _gauge(self, out: list[str], name: str, help_text: str, value: float) -> None:
         out += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]

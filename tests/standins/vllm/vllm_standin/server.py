@@ -217,7 +217,8 @@ class Handler(BaseHTTPRequestHandler):
         )
         tokens = self.server.engine.generate(engine_request)
         number = next(self.server._generations)
-        if self.server.config.faults.wrong(number):
+        config = self.server.config
+        if config.faults.wrong(number, speculating=config.speculation.tokens > 0):
             tokens = _reversed_text(tokens)
         truncated = self.server.config.faults.truncated(number)
         fingerprint = protocol.system_fingerprint(self.server.config.version)
