@@ -140,7 +140,9 @@ measurements:
     - Everything measured, JSON-serialisable; C(scenarios) and C(sweep.levels) are flat rows (one CSV row each).
     - Scenario rows have scenario, prompt_tokens, output_tokens, runs, ttft_s, total_s, prefill_tok_s,
       decode_tok_s, itl_p50_s, published_ttft_s, published_total_s, published_prefill_tok_s,
-      published_decode_tok_s, decode_vs_published, decode_bound_tok_s, decode_of_bound (null where unknown).
+      published_decode_tok_s, decode_vs_published, decode_bound_tok_s, decode_of_bound, and with speculative
+      decoding spec_acceptance_rate and spec_accepted_length from vLLM's spec_decode counters over the measured
+      runs (null where unknown).
     - Sweep rows have concurrency, requests, failures, wall_s, output_tok_s, request_decode_tok_s_p50,
       ttft_p50_s, ttft_p95_s, ttft_p99_s, itl_p50_s, itl_p95_s, itl_p99_s, e2e_p50_s, e2e_p95_s, first_error.
   returned: success, not in check mode

@@ -19,6 +19,10 @@ server) as well as on the controller. The method:
 * A scenario is one or more warm-up requests, then the median of ``runs`` measured ones, each figure's median
   taken on its own (as the published table reports them).
 * A concurrency sweep keeps C requests in flight at levels 1, 2, 4, ... and finds the knee (see ``find_knee``).
+* Prompts are real prose (the quality gate's, repeated), not random tokens: random tokens hide what speculative
+  decoding does. With speculative decoding on, each scenario also reports its acceptance rate and mean accepted
+  length, from vLLM's ``vllm:spec_decode_*`` counters on ``/metrics`` read before and after its measured runs (the
+  formulas of vLLM's own dashboard).
 """
 
 from __future__ import annotations
@@ -44,13 +48,30 @@ PUBLISHED_SCENARIOS = (
     ("long prompt, long gen", 7234, 124),
 )
 SALT_TOKENS = 4  # fresh ids at the start of every prompt: the prefix cache then has nothing to reuse
-FILLER_TEXT = (
-    "river stone market window garden silver morning letter bridge forest yellow number paper engine simple "
-    "winter orange castle doctor island pocket rabbit summer ticket valley wonder basket candle dinner finger "
-    "hammer jacket kitten ladder mirror needle pencil pillow rocket saddle tunnel wallet anchor button carpet "
-    "circle dragon feather guitar harbor helmet lantern marble meadow planet puzzle ribbon shadow spider thunder"
+# Real prose for the prompts (repeated to length): speculative decoding drafts from text, so random words or ids would
+# show it at its worst.
+PROSE = (
+    "The survey ship left the harbour an hour before sunrise, its engines low and steady under a grey sky. "
+    "On the bridge the captain read the weather report twice, folded it into her coat pocket and asked for tea. "
+    "Nobody on board had seen the northern channel since the storms of the previous winter had moved the sandbanks, "
+    "and the old charts could no longer be trusted. The youngest of the crew, a geologist from an inland university, "
+    "stood at the rail with a notebook and counted the gulls that followed the wake. By mid morning the wind turned "
+    "west and the sea grew short and choppy; the cook tied down the pans and complained that soup was impossible. "
+    "At noon they reached the first marker buoy, which had drifted almost a mile from its recorded position. "
+    "The captain slowed the ship, sent two sailors out in the small boat and watched through her glasses as they "
+    "measured the depth with a weighted line. The numbers they shouted back were smaller than anyone expected. "
+    "In the afternoon the clouds broke, the light turned silver on the water, and the island appeared on the "
+    "horizon, low and green, with the ruined lighthouse standing at its eastern point like a broken tooth. "
+    "They anchored in the lee of the cliffs, ate a late supper on deck and argued pleasantly about whether the "
+    "lighthouse keeper's cottage could be repaired before the autumn gales arrived."
 )
-FILLER_WORDS = FILLER_TEXT.split()
+FILLER_WORDS = PROSE.split()
+# vLLM's speculative-decoding counters (vllm/v1/spec_decode/metrics.py, in tests/contracts/vllm/metrics.json).
+SPEC_COUNTERS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+}
 # The knee rule's thresholds (find_knee): documented there, exported with every result.
 KNEE_ITL_FACTOR = 1.5
 KNEE_TTFT_FACTOR = 1.5
@@ -190,6 +211,42 @@ def call_json(endpoint: Endpoint, method: str, path: str, body: object | None = 
     return answer
 
 
+def spec_counters(endpoint: Endpoint) -> dict[str, float] | None:
+    """vLLM's speculative-decoding counters from /metrics (summed over their labels), or None when the server has
+    none (no speculation) or /metrics does not answer: the figures are then left out, nothing fails."""
+    conn, prefix = _connect(endpoint)
+    try:
+        conn.request("GET", prefix + "/metrics", headers=_headers(endpoint))
+        response = conn.getresponse()
+        text = response.read().decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    if response.status != 200:
+        return None
+    found = dict.fromkeys(SPEC_COUNTERS, 0.0)
+    seen = False
+    for line in text.splitlines():
+        for key, name in SPEC_COUNTERS.items():
+            if line.startswith((name + "{", name + " ")):
+                found[key] += float(line.rsplit(" ", 1)[1])
+                seen = True
+    return found if seen else None
+
+
+def speculation_figures(before: dict | None, after: dict | None) -> dict:
+    """Acceptance rate (accepted / draft tokens) and mean accepted length (1 + accepted / drafts) between two
+    readings of spec_counters(), as vLLM's own dashboard computes them; None without speculation or drafts."""
+    if before is None or after is None or after["drafts"] <= before["drafts"]:
+        return {"spec_acceptance_rate": None, "spec_accepted_length": None}
+    accepted = after["accepted"] - before["accepted"]
+    return {
+        "spec_acceptance_rate": round(accepted / (after["draft_tokens"] - before["draft_tokens"]), 3),
+        "spec_accepted_length": round(1 + accepted / (after["drafts"] - before["drafts"]), 3),
+    }
+
+
 def check_model(endpoint: Endpoint) -> None:
     """Fail early, naming what is served, when the endpoint does not serve the model."""
     served = [card.get("id") for card in call_json(endpoint, "GET", "/v1/models").get("data", [])]
@@ -216,7 +273,7 @@ class PromptMaker:
     def _tokenize_filler(endpoint: Endpoint, longest: int) -> list[int]:
         words = max(longest, 16)
         for _ in range(4):  # a word is at least one token with every tokenizer seen; grow if not
-            text = " ".join(FILLER_WORDS[(i * 7 + i // len(FILLER_WORDS)) % len(FILLER_WORDS)] for i in range(words))
+            text = " ".join(FILLER_WORDS[i % len(FILLER_WORDS)] for i in range(words))
             body = {"model": endpoint.model, "prompt": text, "add_special_tokens": False}
             tokens = call_json(endpoint, "POST", "/tokenize", body).get("tokens") or []
             if len(tokens) >= longest:
@@ -362,9 +419,11 @@ def run_scenario(
     figures and the bandwidth bound (None where not given)."""
     for _ in range(warmup):
         measure_request(endpoint, maker.prompt(scenario.prompt_tokens), scenario.output_tokens)
+    before = spec_counters(endpoint)
     measured = [
         measure_request(endpoint, maker.prompt(scenario.prompt_tokens), scenario.output_tokens) for _ in range(runs)
     ]
+    speculation = speculation_figures(before, spec_counters(endpoint) if before else None)
     decode = _median([result.decode_tok_s for result in measured])
     return {
         "scenario": scenario.name,
@@ -383,6 +442,7 @@ def run_scenario(
         "decode_vs_published": _ratio(decode, published.get("decode_tok_s")),
         "decode_bound_tok_s": _round(bound, 1),
         "decode_of_bound": _ratio(decode, bound),
+        **speculation,
     }
 
 

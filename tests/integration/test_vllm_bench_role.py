@@ -33,6 +33,8 @@ SCENARIOS = [{"name": "typical judge call", "prompt_tokens": 58, "output_tokens"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     args = ["nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "--served-model-name", MODEL, "--api-key", KEY]
+    # Speculating (3 draft tokens a step, 2 accepted): the report shows the acceptance per scenario.
+    args += ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})]
     standin = start_server(tmp_path_factory.mktemp("standin"), [*args, "--max-num-seqs", "2"], STANDIN_ENV)
     yield standin
     stop_server(standin)
@@ -88,6 +90,10 @@ def test_the_role_writes_the_results_and_a_report_per_model(tmp_path: Path, serv
     assert "(0.42)" in report  # the published TTFT beside the measured one
     assert f"**Latency turns up at {results['sweep']['knee']['concurrency']} concurrent requests**" in report
     assert "vllm/vllm-openai@sha256:abc" in report and "weights 74.8 GiB" in report
+    # The judge call's 2 tokens: after the first, one draft of 3 tokens and none accepted (one token was left).
+    assert (row["spec_acceptance_rate"], row["spec_accepted_length"]) == (0.0, 1.0)
+    assert "| typical judge call | 0 % | 1.00 |" in report
+    assert "0% of drafts accepted, 1.00 tokens a step" in done.stdout
     # The key never reaches the output.
     assert KEY not in done.stdout + done.stderr
 

@@ -78,6 +78,24 @@ def test_scenario_figures_match_the_standin_timing_model(timed: Server) -> None:
     assert within(row["itl_p50_s"], 1 / DECODE), row
 
 
+def test_a_speculating_server_reports_its_acceptance_per_scenario(tmp_path: Path, timed: Server) -> None:
+    """From vLLM's spec_decode counters before and after the measured runs (not the warm-up): the stand-in drafts 3
+    tokens a step and accepts 2, so a 10-token answer takes 3 drafts of 9 tokens with 6 accepted."""
+    speculative = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+    env = {"VLLM_STANDIN_PREFILL_TOK_S": "100000", "VLLM_STANDIN_DECODE_TOK_S": "2000"}
+    server = serve(tmp_path, env, "--speculative-config", speculative)
+    try:
+        bench = endpoint(server)
+        row = run_scenario(
+            bench, PromptMaker(bench, 32), Scenario("s", 32, 10), runs=2, warmup=1, published={}, bound=None
+        )
+    finally:
+        stop_server(server)
+    assert (row["spec_acceptance_rate"], row["spec_accepted_length"]) == (round(6 / 9, 3), 3.0)
+    plain = run_scenario(endpoint(timed), PromptMaker(endpoint(timed), 32), Scenario("s", 32, 4), 1, 0, {}, None)
+    assert (plain["spec_acceptance_rate"], plain["spec_accepted_length"]) == (None, None)
+
+
 def test_prompts_have_the_exact_length_and_a_fresh_start(timed: Server) -> None:
     maker = PromptMaker(endpoint(timed), 1834)
     first, second = maker.prompt(1834), maker.prompt(1834)
