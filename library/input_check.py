@@ -35,8 +35,8 @@ options:
           O(values[].max).
         type: str
         required: true
-        choices: [text, image, address, host, network, port, path, served_name, hf_repo, hf_commit, hf_revision,
-                  duration, url, key_url, integer]
+        choices: [text, image, address, host, network, port, path, served_name, folder_name, hf_repo, hf_commit,
+                  hf_revision, duration, url, key_url, integer]
       optional:
         description: An empty string (or null) is allowed and means "not set".
         type: bool

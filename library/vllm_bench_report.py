@@ -28,6 +28,12 @@ options:
   arena:
     description: The C(arena) that M(vllm_bench_arena) returned.
     type: dict
+  compare_with:
+    description:
+      - A variant of this model's results measured earlier (e.g. C(speculation-off)), in the folder of that name
+        inside O(dest). Its scenarios are set beside these in RV(comparison) and in C(results.json). None
+        measured: no comparison, and RV(comparison) is null.
+    type: str
   dest:
     description: Directory to write into; created (with its parents) when missing.
     type: path
@@ -58,6 +64,15 @@ files:
   returned: always
   type: dict
   sample: {"json": "/r/results.json", "csv": "/r/results.csv", "png": "/r/sweep.png", "arena_png": "/r/arena.png"}
+comparison:
+  description:
+    - With O(compare_with) measured, each scenario beside that variant's run of it (decode, TTFT, total time,
+      decode_speedup, this run's acceptance); C(unmatched) lists the scenarios the variant did not measure.
+  returned: always
+  type: dict
+  sample: {"variant": "speculation-off", "variant_measured_at": "2026-12-04T10:00:00Z", "unmatched": [],
+           "rows": [{"scenario": "short prompt, long gen", "decode_tok_s": 62.6, "variant_decode_tok_s": 43.0,
+                     "decode_speedup": 1.456}]}
 changed_files:
   description: Paths whose content was (or, in check mode, would be) written.
   returned: always
@@ -70,6 +85,7 @@ from pathlib import Path
 from ansible.module_utils.arena_bench import arena_csv, arena_json, arena_png
 from ansible.module_utils.atomic_file import write_bytes_atomically
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.bench_compare import comparison, read_variant
 from ansible.module_utils.openai_bench import results_csv, results_json, sweep_png
 
 
@@ -98,6 +114,7 @@ def main() -> None:
         argument_spec={
             "measurements": {"type": "dict", "required": True},
             "arena": {"type": "dict"},
+            "compare_with": {"type": "str"},
             "dest": {"type": "path", "required": True},
             "mode": {"type": "raw", "default": "0644"},
         },
@@ -107,6 +124,15 @@ def main() -> None:
     results = module.params["measurements"]
     if not isinstance(results.get("scenarios"), list):
         module.fail_json(msg="measurements has no 'scenarios' list: pass the 'measurements' vllm_bench returned")
+    compared = None
+    if module.params["compare_with"]:
+        try:
+            variant = read_variant(dest, module.params["compare_with"])
+        except (OSError, ValueError) as error:
+            module.fail_json(msg=f"cannot read the {module.params['compare_with']} results to compare with: {error}")
+        if variant is not None:
+            compared = comparison(results["scenarios"], variant, module.params["compare_with"])
+            results = {**results, "comparison": compared}
     try:
         files = report_files(results, module.params["arena"])
     except ImportError as error:
@@ -122,7 +148,7 @@ def main() -> None:
                 write_bytes_atomically(dest / name, content, mode=None, folder_mode=None)
             file_args = module.load_file_common_arguments({"path": str(dest / name), "mode": module.params["mode"]})
             changed = module.set_fs_attributes_if_different(file_args, changed)
-    module.exit_json(changed=changed, files=paths, changed_files=changed_files)
+    module.exit_json(changed=changed, files=paths, changed_files=changed_files, comparison=compared)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,12 @@ options:
     description: Return a plan that does not fit, with a warning, instead of failing.
     type: bool
     default: false
+  speculation:
+    description:
+      - Serve each recipe's speculative decoding (its C(speculative) block). With C(false) the block is left out
+        of the command line, the memory plan and the snapshots to fetch (C(vllm_server_speculation)).
+    type: bool
+    default: true
   name:
     description: The inventory variable O(models) came from, for messages.
     type: str
@@ -179,7 +185,9 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
     for index, entry in enumerate(params["models"]):
         label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
         overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
-        recipe, found = checked_recipe(entry.get("recipe"), params["recipes_dir"], overrides, flag_specs, label)
+        recipe, found = checked_recipe(
+            entry.get("recipe"), params["recipes_dir"], overrides, flag_specs, label, params["speculation"]
+        )
         problems += found
         if recipe is not None:
             checked.append((f"{params['name']}[{index}]", entry, recipe))
@@ -202,6 +210,7 @@ def main() -> None:
             "max_gpu_memory_utilization": {"type": "float", "default": 0.87},
             "overhead_gib": {"type": "float", "default": 2.0},
             "i_accept_freeze_risk": {"type": "bool", "default": False},
+            "speculation": {"type": "bool", "default": True},
             "name": {"type": "str", "default": "vllm_server_models"},
         },
         supports_check_mode=True,

@@ -40,6 +40,8 @@ HOST_NAME = re.compile(
 # as openai/gpt-oss-20b); each segment starts with a letter or digit, so ".." and "/x" cannot be written.
 SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 SERVED_NAME_MAX = 128
+# One folder name of a path the project writes (no separator, no "." or ".." of its own).
+FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 # An absolute path of the characters a path in a unit, a --volume value (":" separates its parts) and rsyncd.conf
 # may hold unquoted. No "..": a path says where it goes.
@@ -200,6 +202,15 @@ def served_name(value: object) -> str | None:
     return None
 
 
+def folder_name(value: object) -> str | None:
+    """One folder name the project creates: letters, digits, '.', '_', '-', starting with a letter or digit."""
+    if not isinstance(value, str) or not FOLDER_NAME.match(value):
+        return (
+            isinstance(value, str) and control_character(value)
+        ) or "may hold only letters, digits, '.', '_' and '-' (at most 64), starting with a letter or digit"
+    return None
+
+
 def hf_repo(value: object) -> str | None:
     """A Hugging Face Hub repository id: ORG/NAME (e.g. Qwen/Qwen3-0.6B)."""
     if not isinstance(value, str) or not value:
@@ -270,6 +281,7 @@ KINDS = {
     "port": port,
     "path": path,
     "served_name": served_name,
+    "folder_name": folder_name,
     "hf_repo": hf_repo,
     "hf_commit": hf_commit,
     "hf_revision": hf_revision,

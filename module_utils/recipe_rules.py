@@ -606,14 +606,16 @@ def _value_problem(spec, value: object) -> str | None:
 
 
 def checked_recipe(
-    name: str, recipes_dir: str | Path, overrides: dict, flag_specs: dict, label: str
+    name: str, recipes_dir: str | Path, overrides: dict, flag_specs: dict, label: str, speculation: bool = True
 ) -> tuple[dict | None, list[str]]:
-    """The recipe `name` with `overrides` laid over it, checked against the schema and the flag list:
-    (recipe, []) or (None, every problem, each naming `label`)."""
+    """The recipe `name` with `overrides` laid over it (without its speculative block when not `speculation`),
+    checked against the schema and the flag list: (recipe, []) or (None, every problem, each naming `label`)."""
     try:
         recipe = apply_overrides(load_recipe(name, recipes_dir), overrides)
     except RecipeError as error:
         return None, [f"{label}: {error}"]
+    if not speculation:
+        recipe = speculative.served_without(recipe)
     problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
     problems += speculative_problems(recipe, recipes_dir, label)
     return (None if problems else recipe), problems

@@ -105,6 +105,11 @@ def resolve_model(
         "hf_repo": recipe["hf_repo"],
         "hf_revision": recipe["hf_revision"],
         "snapshot": snapshot_folder(hf_cache_dir(data_dir), recipe["hf_repo"], recipe["hf_revision"]),
+        # Every snapshot the container reads: the model's, and its speculative draft model's (offline needs both).
+        "snapshots": [
+            snapshot_folder(hf_cache_dir(data_dir), snapshot["hf_repo"], snapshot["hf_revision"])
+            for snapshot in _model_snapshots(recipe)
+        ],
         "unit": f"vllm-{slug}.service",
         "container": f"vllm-{slug}",
         "secrets_file": f"{config_dir}/{slug}.secrets.env",
@@ -129,15 +134,20 @@ def resolve_model(
     }
 
 
+def _model_snapshots(recipe: dict) -> list[dict]:
+    """The repositories one model's container reads: its own, and the draft model its speculative decoding loads."""
+    own = {"hf_repo": recipe["hf_repo"], "hf_revision": recipe["hf_revision"]}
+    draft = speculative.draft(recipe.get("speculative"))
+    return [own, draft] if draft else [own]
+
+
 def snapshots(models: list[dict]) -> list[dict]:
     """The snapshots to fetch, each once (two served names of one model share their weights): each model's, and
     the draft model its speculative decoding reads (fetched, verified and fanned out the same way, so that it is
     in the cache before the unit starts offline)."""
     unique: list[dict] = []
     for model in models:
-        own = {"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}
-        draft = speculative.draft(model.get("settings", {}).get("speculative"))
-        for snapshot in [own, draft] if draft else [own]:
+        for snapshot in _model_snapshots({**model, "speculative": model.get("settings", {}).get("speculative")}):
             if snapshot not in unique:
                 unique.append(snapshot)
     return unique

@@ -136,6 +136,12 @@ def _draft_problems(block: Mapping, method: str | None, label: str) -> list[str]
     return found
 
 
+def served_without(recipe: Mapping) -> dict:
+    """The recipe as served with speculation turned off (vllm_server_speculation false): its speculative block
+    left out, so that neither the command line, the plan nor the fetch counts a draft. The rest is the recipe's."""
+    return {key: value for key, value in recipe.items() if key != "speculative"}
+
+
 def draft(block: Mapping | None) -> dict | None:
     """The draft model of a checked block, as {hf_repo, hf_revision}, or None."""
     found = (block or {}).get("draft")

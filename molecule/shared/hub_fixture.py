@@ -2,7 +2,7 @@
 model's files and hashes (as the controller built them), the Hub's byte counters, and where huggingface_hub's
 cache puts a snapshot on the host.
 
-    MODEL = FixtureModel("smollm2-135m-instruct")   # the recipe the scenario serves
+    MODEL = recipe_repo("smollm2-135m-instruct")   # the recipe the scenario serves
     MODEL.snapshot, MODEL.marker, MODEL.files_sha256(), MODEL.snapshot_sha256(host)
 """
 
@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -23,22 +22,11 @@ HUB = "http://127.0.0.1:8480"
 
 
 @dataclass(frozen=True)
-class FixtureModel:
-    """The fixture repo of one recipe, at the commit the recipe pins, and where its snapshot lands on a host."""
+class FixtureRepo:
+    """One fixture repo of the stand-in Hub at one commit, and where its snapshot lands on a host."""
 
-    recipe: str
-
-    @cached_property
-    def _recipe(self) -> dict:
-        return yaml.safe_load((PROJECT / "recipes" / f"{self.recipe}.yml").read_text(encoding="utf-8"))
-
-    @property
-    def repo(self) -> str:
-        return self._recipe["hf_repo"]
-
-    @property
-    def revision(self) -> str:
-        return self._recipe["hf_revision"]
+    repo: str
+    revision: str
 
     @property
     def repo_folder(self) -> str:
@@ -72,6 +60,12 @@ class FixtureModel:
         """{path: sha256} of the snapshot on the host, read through its symlinks, as vLLM reads it."""
         listing = host.check_output(f"cd {self.snapshot} && find -L . -type f -exec sha256sum {{}} +")
         return {line.split(maxsplit=1)[1].removeprefix("./"): line.split()[0] for line in sorted(listing.splitlines())}
+
+
+def recipe_repo(recipe: str) -> FixtureRepo:
+    """The fixture repo of one recipe, at the commit the recipe pins."""
+    settings = yaml.safe_load((PROJECT / "recipes" / f"{recipe}.yml").read_text(encoding="utf-8"))
+    return FixtureRepo(settings["hf_repo"], settings["hf_revision"])
 
 
 def hub_stats(host) -> dict:

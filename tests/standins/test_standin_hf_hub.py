@@ -107,7 +107,7 @@ def test_builder_is_idempotent_and_indexes_match_the_shards(root: Path) -> None:
     stamp = (root / ".build-stamp.json").stat().st_mtime_ns
     again = subprocess.run([sys.executable, str(hf_standin.BUILDER), str(root)], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("up to date:") == 3
+    assert again.stdout.count("up to date:") == len(BUILD.repo_ids(None))
     assert (root / ".build-stamp.json").stat().st_mtime_ns == stamp
 
     def index_and_keys(repo_id: str) -> tuple[dict[str, str], dict[str, str]]:

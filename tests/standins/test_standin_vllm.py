@@ -612,6 +612,30 @@ def test_offline_start_needs_the_snapshot_in_the_hf_cache(tmp_path: Path) -> Non
         stop_server(present)
 
 
+def test_offline_start_needs_the_draft_model_in_the_hf_cache_too(tmp_path: Path) -> None:
+    """vLLM loads a speculative draft model ("model", "revision" of --speculative-config) from the same cache:
+    offline, the target's snapshot alone is not enough."""
+    target, draft = "c1899de289a04d12100db370d81485cdf75e47ca", "7d1c5f0e2b3a4968a1b2c3d4e5f60718293a4b5c"
+    env = {**FAST, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "VLLM_STANDIN_LOAD_SECONDS": "0"}
+    block = {"method": "draft_model", "num_speculative_tokens": 3, "model": "org/draft", "revision": draft}
+    args = ["Qwen/Qwen3-0.6B", "--revision", target, "--speculative-config", json.dumps(block)]
+    cached = tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "snapshots" / target
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    missing = start_server(tmp_path, args, env, wait=False)
+    assert missing.process.wait(timeout=EXIT_TIMEOUT_S) == 1
+    assert f"model org/draft, revision {draft}" in missing.log.read_text()
+
+    snapshot = tmp_path / "hub" / "models--org--draft" / "snapshots" / draft
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    present = start_server(tmp_path, args, env)
+    try:
+        assert request(present, "GET", "/v1/models")[0] == 200
+    finally:
+        stop_server(present)
+
+
 # --- keep-alive and multi-node ----------------------------------------------------------------------------
 
 

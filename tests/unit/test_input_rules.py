@@ -31,6 +31,7 @@ GOOD = {
     "port": [1, 8000, 65535],
     "path": ["/var/lib/sparkfleet", "/etc/sparkfleet/vllm", "/opt/sparkfleet/hf-venv", "/srv/a+b@c"],
     "served_name": ["qwen3-0.6b", "openai/gpt-oss-20b", "Nemotron_3.Super-120B"],
+    "folder_name": ["speculation-off", "run.2", "A_b"],
     "hf_repo": ["Qwen/Qwen3-0.6B", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4", "sparkfleet-test/qwen3.5-moe-vl"],
     "hf_commit": ["c1899de289a04d12100db370d81485cdf75e47ca", "0" * 40],
     "hf_revision": ["c1899de289a04d12100db370d81485cdf75e47ca", "main", "v1.0", "refs/pr/1"],
@@ -82,6 +83,14 @@ BAD = {
         ("qwen\nx", "control character"),
         ("/qwen", "may hold only"),
         ("a" * 129, "longer than 128"),
+    ],
+    "folder_name": [
+        ("../x", "may hold only"),
+        ("a/b", "may hold only"),
+        (".hidden", "may hold only"),
+        ("", "may hold only"),
+        ("x\ny", "control character"),
+        ("a" * 65, "may hold only"),
     ],
     "hf_repo": [
         ("no-org", "is not a Hugging Face repo id ORG/NAME"),

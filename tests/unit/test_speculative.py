@@ -151,9 +151,54 @@ def test_the_draft_is_fetched_with_the_model(run_module):
     assert not result.get("failed"), result
     (model,) = result["models"]
     assert result["snapshots"] == [{"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}, DRAFT]
+    # The unit runs offline only when both are in the cache (vllm_server looks for each of these folders).
+    draft_folder = f"/var/lib/sparkfleet/huggingface/hub/models--{DRAFT['hf_repo'].replace('/', '--')}"
+    assert model["snapshots"] == [model["snapshot"], f"{draft_folder}/snapshots/{DRAFT['hf_revision']}"]
     assert (
         json.loads(model["serve_args"][model["serve_args"].index("--speculative-config") + 1])["model"]
         == (DRAFT["hf_repo"])
+    )
+
+
+def test_speculation_off_serves_the_recipe_without_its_block_draft_or_fetch(run_module):
+    """vllm_server_speculation false (acceptance.yml's comparison): the same entry resolves without
+    --speculative-config, without the draft's snapshot and without the draft in the memory plan."""
+    draft_figures = {"weight_bytes": 20_000_000, "attention_layers": 1, "kv_heads": 3, "head_dim": 64}
+    entry = {
+        "recipe": "smollm2-135m-instruct",
+        "port": 8000,
+        "speculative": {
+            "method": "eagle3",
+            "num_speculative_tokens": 3,
+            "draft": {**DRAFT, "architecture": draft_figures},
+        },
+    }
+    params = {
+        "models": [entry],
+        "recipes_dir": str(RECIPES_DIR),
+        "listen_address": "127.0.0.1",
+        "data_dir": "/var/lib/sparkfleet",
+        "config_dir": "/etc/sparkfleet/vllm",
+        "host": "spark-1",
+        "memory_total_bytes": 127_601_400 * 1024,
+    }
+    on = run_module("vllm_models", params, check_mode=True)
+    off = run_module("vllm_models", {**params, "speculation": False}, check_mode=True)
+    assert not on.get("failed") and not off.get("failed"), (on, off)
+    (model,) = off["models"]
+    assert "--speculative-config" not in model["serve_args"]
+    assert "speculative" not in model["settings"]
+    assert off["snapshots"] == [{"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]}]
+    assert model["snapshots"] == [model["snapshot"]]
+    # Everything else is the recipe's: the same command line less the block.
+    (speculating,) = on["models"]
+    at = speculating["serve_args"].index("--speculative-config")
+    assert model["serve_args"] == speculating["serve_args"][:at] + speculating["serve_args"][at + 2 :]
+    # The plan is made from the settings: the draft's weights and layers are in it only with speculation.
+    assert planned(speculating["settings"])[0].draft_weight_bytes == draft_figures["weight_bytes"]
+    assert (planned(model["settings"])[0].draft_weight_bytes, planned(model["settings"])[0].draft_attention_layers) == (
+        0,
+        0,
     )
 
 

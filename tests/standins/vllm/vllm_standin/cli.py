@@ -132,6 +132,9 @@ def serve(config: ServeConfig) -> int:
             return close_all(1)
 
     problem = offline_snapshot_problem(config.model, config.revision) if offline() else None
+    speculation = config.speculation
+    if offline() and not problem and speculation.draft_model:
+        problem = offline_snapshot_problem(speculation.draft_model, speculation.draft_revision)
     if problem:
         log("ERROR", problem)
         return close_all(1)

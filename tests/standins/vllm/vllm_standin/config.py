@@ -39,14 +39,24 @@ class Rates:
 class Speculation:
     """--speculative-config: vLLM's speculative-decoding counters with a known acceptance. Each decoding step
     drafts `tokens` and accepts round(acceptance x tokens) of them (VLLM_STANDIN_SPEC_ACCEPTANCE, default 0.7),
-    fewer at the end of an answer, and emits one token more; the answer and its timing do not change."""
+    fewer at the end of an answer, and emits one token more. The answer does not change; a step takes the time of
+    one plain decode step (the draft is counted free), so decode runs tokens_per_step times as fast: what
+    speculation buys a memory-bound decode, in its best case."""
 
     tokens: int = 0  # num_speculative_tokens; 0: no speculation
     acceptance: float = 0.7
+    # The draft model ("model", "revision"): vLLM loads it as it loads the target, from the cache when offline.
+    draft_model: str | None = None
+    draft_revision: str | None = None
 
     @property
     def accepted_per_draft(self) -> int:
         return round(self.acceptance * self.tokens)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens one decoding step emits: the accepted draft tokens and one more (1 without speculation)."""
+        return 1 + self.accepted_per_draft
 
 
 @dataclass(frozen=True)
@@ -269,4 +279,10 @@ def speculation_from(value: object) -> Speculation:
     acceptance = env_float("VLLM_STANDIN_SPEC_ACCEPTANCE", 0.7)
     if not 0 <= acceptance <= 1:
         raise UsageError("VLLM_STANDIN_SPEC_ACCEPTANCE must be between 0 and 1")
-    return Speculation(tokens=tokens, acceptance=acceptance)
+    model, revision = config.get("model"), config.get("revision")
+    return Speculation(
+        tokens=tokens,
+        acceptance=acceptance,
+        draft_model=model if isinstance(model, str) and model else None,
+        draft_revision=revision if isinstance(revision, str) and revision else None,
+    )

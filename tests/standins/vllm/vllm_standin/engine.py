@@ -160,11 +160,13 @@ class Engine:
             )
 
     def _token_interval(self) -> float:
-        """Seconds between two tokens of one request while the current batch decodes together."""
+        """Seconds between two tokens of one request while the current batch decodes together (a speculative
+        step's tokens share the step's time)."""
         rates = self.config.rates
         with self._cond:
             batch = max(len(self._running), 1)
-        return (1 + (batch - 1) * rates.batch_cost) / rates.decode_tok_s
+        step_s = (1 + (batch - 1) * rates.batch_cost) / rates.decode_tok_s
+        return step_s / self.config.speculation.tokens_per_step
 
     def _admit(self, request: GenerationRequest) -> None:
         """Block until this request is first in line and a --max-num-seqs slot is free."""
