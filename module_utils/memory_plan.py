@@ -549,7 +549,10 @@ def refusal_reasons(inputs: PlanInputs) -> list[str]:
     elif sequences_held(inputs, utilization) < 1:
         reasons.append(_context_reason(inputs, utilization, at_safe_limit))
     if reasons and has_draft(inputs) and not refusal_reasons(without_draft(inputs)):
-        reasons[-1] += f"; or do without speculative decoding: {draft_cost(inputs)}, and without it the plan fits"
+        reasons[-1] += (
+            f"; or do without speculative decoding: {draft_cost(inputs)}, and without it the plan fits (drop the "
+            "entry's speculative block, or set vllm_server_speculation: false for the host)"
+        )
     return reasons
 
 
