@@ -31,8 +31,8 @@ options:
   compare_with:
     description:
       - A variant of this model's results measured earlier (e.g. C(speculation-off)), in the folder of that name
-        inside O(dest). Its scenarios are set beside these in RV(comparison) and in C(results.json). None
-        measured: no comparison, and RV(comparison) is null.
+        inside O(dest). Its scenarios are set beside these in RV(comparison) and in C(results.json). When none
+        was measured there is no comparison, and RV(comparison) is null.
     type: str
   dest:
     description: Directory to write into; created (with its parents) when missing.

@@ -74,6 +74,12 @@ options:
     description: Return a plan that does not fit, with a warning, instead of failing.
     type: bool
     default: false
+  revisions:
+    description:
+      - The models lock's commits, REPO@BRANCH to commit (RV(hf_model_lock.revisions)), for the entries whose recipe
+        names no commit of its own and follows a branch (C(hf_branch), default C(main)).
+    type: dict
+    default: {}
   speculation:
     description:
       - Serve each recipe's speculative decoding (its C(speculative) block). With C(false) the block is left out
@@ -186,7 +192,13 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
         label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
         overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
         recipe, found = checked_recipe(
-            entry.get("recipe"), params["recipes_dir"], overrides, flag_specs, label, params["speculation"]
+            entry.get("recipe"),
+            params["recipes_dir"],
+            overrides,
+            flag_specs,
+            label,
+            speculation=params["speculation"],
+            revisions=params["revisions"],
         )
         problems += found
         if recipe is not None:
@@ -211,6 +223,7 @@ def main() -> None:
             "overhead_gib": {"type": "float", "default": 2.0},
             "i_accept_freeze_risk": {"type": "bool", "default": False},
             "speculation": {"type": "bool", "default": True},
+            "revisions": {"type": "dict", "default": {}},
             "name": {"type": "str", "default": "vllm_server_models"},
         },
         supports_check_mode=True,

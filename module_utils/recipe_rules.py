@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ansible.module_utils import input_rules, speculative
+from ansible.module_utils import input_rules, model_lock, speculative
 from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
     FAMILIES,
@@ -200,9 +200,11 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
     need(
         "hf_revision",
         input_rules.hf_commit(get("hf_revision")) is None,
-        "a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
-        "(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)",
+        "a pinned commit of the Hugging Face repo: 40 lowercase hex digits (set it in the recipe or per host in the "
+        "vllm_server_models entry; or leave it null and the models lock holds the commit its hf_branch, default "
+        "main, resolves to)",
     )
+    problems += model_lock.branch_problems(recipe, label)
     # The served name lands in unit and file names, Prometheus labels and printed curl lines: a safe set only.
     served = get("served_model_name")
     need(
@@ -606,16 +608,24 @@ def _value_problem(spec, value: object) -> str | None:
 
 
 def checked_recipe(
-    name: str, recipes_dir: str | Path, overrides: dict, flag_specs: dict, label: str, speculation: bool = True
+    name: str,
+    recipes_dir: str | Path,
+    overrides: dict,
+    flag_specs: dict,
+    label: str,
+    speculation: bool = True,
+    revisions: Mapping[str, str] | None = None,
 ) -> tuple[dict | None, list[str]]:
-    """The recipe `name` with `overrides` laid over it (without its speculative block when not `speculation`),
-    checked against the schema and the flag list: (recipe, []) or (None, every problem, each naming `label`)."""
+    """The recipe `name` with `overrides` laid over it (without its speculative block when not `speculation`; with
+    the commit `revisions`, the models lock, holds for the branch it follows), checked against the schema and the
+    flag list: (recipe, []) or (None, every problem, each naming `label`)."""
     try:
         recipe = apply_overrides(load_recipe(name, recipes_dir), overrides)
     except RecipeError as error:
         return None, [f"{label}: {error}"]
     if not speculation:
         recipe = speculative.served_without(recipe)
+    recipe = model_lock.with_locked_revision(recipe, revisions or {})
     problems = schema_problems(recipe, label) + flag_problems(recipe, flag_specs, label)
     problems += speculative_problems(recipe, recipes_dir, label)
     return (None if problems else recipe), problems

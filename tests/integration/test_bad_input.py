@@ -154,6 +154,16 @@ TABLE = [
     ),
     ("router-values", {"fleet_router_venv": "/opt/router venv"}, "fleet_router_venv='/opt/router venv' contains a"),
     ("router-values", {"fleet_router_internal_port": 70000}, "fleet_router_internal_port=70000 is not a port"),
+    # the models lock: no commit, no lock entry and no Hub (nothing listens on loopback's port 9)
+    (
+        "model-lock",
+        {
+            "vllm_server_models": [{**QWEN, "port": 8000, "hf_revision": None}],
+            "vllm_server_hf_endpoint": "http://127.0.0.1:9",
+            "vllm_server_models_lock_file": "/nonexistent/models.lock.yml",
+        },
+        "Qwen/Qwen3-0.6B has no pinned commit and the models lock /nonexistent/models.lock.yml has none for branch",
+    ),
     # fleet_monitoring (these hosts are also monitoring hosts: see GROUPS)
     (
         "monitoring-values",
@@ -185,8 +195,9 @@ GROUPS = {"router-": ["router"], "monitoring-": ["monitoring"]}
 # The run a host is in, by the start of its name; every other host is in run "table". Ansible ends a playbook
 # after a play whose hosts all failed: the router's play, where each of its hosts is meant to fail, would end the
 # run before the monitoring play, whose hosts therefore run apart. The fan-out check compares model_weights_origin
-# across the hosts of the play: this host's would fail all others, so it runs alone.
-RUNS = {"monitoring-": "monitoring", "weights-fan-out": "weights-fan-out"}
+# across the hosts of the play: this host's would fail all others, so it runs alone. The models lock is taken once
+# for the run, for every host's entries: one host's unlockable entry fails them all, so it runs alone too.
+RUNS = {"monitoring-": "monitoring", "weights-fan-out": "weights-fan-out", "model-lock": "model-lock"}
 
 PREFLIGHT = ROOT / "playbooks" / "preflight.yml"
 HIDDEN_SECRETS = ("sk-sparkfleet-hidden", "hf_hidden")

@@ -76,14 +76,17 @@ def test_each_recipe_is_named_after_its_file_and_matches_the_schema(name):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_each_recipe_pins_a_revision_or_says_why_not(name):
+def test_each_recipe_pins_a_revision_or_says_it_follows_a_branch(name):
+    """An unpinned recipe says why and that the models lock holds its commit; without a lock entry it is refused,
+    naming the lock (module_utils/model_lock.py fills hf_revision from the lock before this check)."""
     data = recipe(name)
     if data["hf_revision"] is None:
         text = (RECIPES_DIR / f"{name}.yml").read_text(encoding="utf-8")
-        assert "TODO: pin" in text
+        assert "Unpinned: " in text and "models.lock.yml" in text
         assert [p for p in schema_problems(data, name) if "hf_revision" in p] == [
             f"{name}.hf_revision=None: expected a pinned commit of the Hugging Face repo: 40 lowercase hex digits "
-            f"(set it in the recipe, or per host as hf_revision in the vllm_server_models entry)"
+            "(set it in the recipe or per host in the vllm_server_models entry; or leave it null and the models lock "
+            "holds the commit its hf_branch, default main, resolves to)"
         ]
     else:
         assert len(data["hf_revision"]) == 40

@@ -1,0 +1,199 @@
+#!/usr/bin/python
+"""Ansible module hf_model_lock: the commit of every served model that follows a branch, resolved once and locked."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_model_lock
+short_description: Lock the commit of every served model that names a branch instead of a commit
+description:
+  - For each entry of O(entries) (C(vllm_server_models) of every Spark of the run), reads its recipe from
+    O(recipes_dir) with the entry's overrides. A model with an explicit C(hf_revision) commit is left as it is.
+    One without follows a branch (C(hf_branch), default C(main)) - its commit comes from the lock file O(path), or,
+    when the lock has none (or O(update) is set), from the Hub API at O(endpoint), once per repository and branch.
+  - Writes the lock (YAML, REPO@BRANCH to commit, previous commit and time) only when an entry is new or moved, so
+    a second run changes nothing; reports each move with the old and the new commit.
+  - Fails, before any host changes, when a model has no commit, no lock entry and the Hub cannot resolve it,
+    naming the entry and the two fixes; and when the lock file is damaged, naming what is wrong.
+  - The precedence (explicit commit, then the lock, then the Hub) lives in C(module_utils/model_lock.py).
+  - Runs on the controller (C(delegate_to) localhost, C(run_once)), where the lock lives beside the inventory.
+version_added: "0.4.0"
+author: sparkfleet
+options:
+  entries:
+    description: The served-model entries, each with C(recipe) and any recipe overrides (C(hf_revision), C(hf_branch)).
+    type: list
+    elements: dict
+    required: true
+  recipes_dir:
+    description: The folder of recipes.
+    type: path
+    required: true
+  path:
+    description: The models lock file.
+    type: path
+    required: true
+  endpoint:
+    description: The Hugging Face Hub, or the mirror an air-gapped site runs.
+    type: str
+    default: https://huggingface.co
+  token:
+    description: A Hugging Face token, for gated or private repositories.
+    type: str
+    default: ""
+  update:
+    description: Resolve every branch again and move the lock to what it names now.
+    type: bool
+    default: false
+  timeout_s:
+    description: Seconds one Hub request may take.
+    type: float
+    default: 30
+  name:
+    description: How messages name the entries' variable.
+    type: str
+    default: vllm_server_models
+attributes:
+  check_mode:
+    support: full
+    details: Resolves what it must, writes nothing, and reports what it would change.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Lock the commit of every model that follows a branch
+  hf_model_lock:
+    entries: "{{ vllm_server_models }}"
+    recipes_dir: "{{ playbook_dir }}/recipes"
+    path: "{{ inventory_dir }}/models.lock.yml"
+  delegate_to: localhost
+  run_once: true
+  register: lock
+"""
+
+RETURN = r"""
+revisions:
+  description: REPO@BRANCH to the commit every Spark of the run serves, for each model that follows a branch.
+  returned: success
+  type: dict
+  sample: {"Qwen/Qwen3-0.6B@main": "c1899de289a04d12100db370d81485cdf75e47ca"}
+resolved:
+  description: One line per model that follows a branch - where its commit came from (the lock, or the Hub now).
+  returned: success
+  type: list
+  elements: str
+moved:
+  description: The entries whose commit is new or moved, each with C(key), C(old) (null when new) and C(new).
+  returned: success
+  type: list
+  elements: dict
+"""
+
+import datetime
+from pathlib import Path
+
+import yaml
+from ansible.module_utils.atomic_file import write_bytes_atomically
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.hf_hub_api import Hub, HubError
+from ansible.module_utils.model_lock import (
+    HEADER,
+    lock_key,
+    lock_problems,
+    locked_commits,
+    moved_entry,
+    wanted,
+)
+from ansible.module_utils.recipe_rules import RecipeError, apply_overrides, load_recipe
+
+ENTRY_KEYS = ("recipe", "port")
+
+
+def followed(params: dict) -> dict[str, str]:
+    """REPO@BRANCH -> the label of the first entry that follows it. An entry whose recipe cannot be read is left
+    to vllm_models, whose check names it in full."""
+    keys: dict[str, str] = {}
+    for index, entry in enumerate(params["entries"]):
+        label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
+        overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+        try:
+            recipe = apply_overrides(load_recipe(entry.get("recipe"), params["recipes_dir"]), overrides)
+        except RecipeError:
+            continue
+        follows = wanted(recipe)
+        if follows is not None:
+            keys.setdefault(lock_key(*follows), label)
+    return keys
+
+
+def read_lock(module: AnsibleModule, path: Path) -> dict:
+    try:
+        lock = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, yaml.YAMLError) as error:
+        module.fail_json(msg=f"the models lock {path} cannot be read: {error}; restore it from version control")
+    problems = lock_problems(lock)
+    if problems:
+        module.fail_json(msg=f"the models lock {path}: " + "; ".join(problems), problems=problems)
+    return lock or {}
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "entries": {"type": "list", "elements": "dict", "required": True},
+            "recipes_dir": {"type": "path", "required": True},
+            "path": {"type": "path", "required": True},
+            "endpoint": {"type": "str", "default": "https://huggingface.co"},
+            "token": {"type": "str", "default": "", "no_log": True},
+            "update": {"type": "bool", "default": False},
+            "timeout_s": {"type": "float", "default": 30},
+            "name": {"type": "str", "default": "vllm_server_models"},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    path = Path(params["path"])
+    keys = followed(params)
+    lock = read_lock(module, path) if keys else {}
+    locked = locked_commits(lock)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    entries = dict(lock.get("models") or {})
+    revisions, resolved, moved, problems = {}, [], [], []
+    for key, label in keys.items():
+        repo, _, branch = key.rpartition("@")
+        if key in locked and not params["update"]:
+            revisions[key] = locked[key]
+            resolved.append(f"{key}: {locked[key]} (from the lock {path})")
+            continue
+        try:
+            commit = Hub(params["endpoint"], repo, branch, params["token"], params["timeout_s"]).commit()
+        except HubError as error:
+            if key in locked:  # update asked for, but the Hub cannot answer: the lock keeps serving
+                problems.append(f"{label}: vllm_server_models_update cannot move {key}: {error}")
+            else:
+                problems.append(
+                    f"{label}: {repo} has no pinned commit and the models lock {path} has none for branch "
+                    f"{branch!r}, and the Hub could not resolve it ({error}). Set hf_revision to a commit of {repo} "
+                    f"in the entry (or the recipe), or let this controller reach the Hub once (or the site's mirror, "
+                    f"vllm_server_hf_endpoint) to lock it"
+                )
+            continue
+        revisions[key] = commit
+        entry = moved_entry(entries.get(key), commit, now)
+        if entry != entries.get(key):
+            moved.append({"key": key, "old": locked.get(key), "new": commit})
+            entries[key] = entry
+        old = f", moved from {locked[key]}" if key in locked and locked[key] != commit else ""
+        resolved.append(f"{key}: {commit} (resolved on {params['endpoint']} now{old})")
+    if problems:
+        module.fail_json(msg="; ".join(problems), problems=problems)
+    if moved and not module.check_mode:
+        text = HEADER + yaml.safe_dump({"models": dict(sorted(entries.items()))}, sort_keys=False)
+        write_bytes_atomically(path, text.encode(), mode=0o644, folder_mode=None)
+    module.exit_json(changed=bool(moved), revisions=revisions, resolved=resolved, moved=moved)
+
+
+if __name__ == "__main__":
+    main()
