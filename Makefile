@@ -4,9 +4,10 @@ PYTHON ?= python3
 
 .PHONY: site test demo lint clean
 
-## site: create .venv if missing, install the pinned dependencies, run site.yml against inventories/local
+## site: create .venv if missing, install the pinned dependencies, run site.yml against inventories/local;
+##       MODEL=RECIPE serves that recipe alone (e.g. make site MODEL=gpt-oss-120b; preflight checks the name)
 site: $(VENV)/.site-requirements
-	$(VENV)/bin/ansible-playbook site.yml
+	$(VENV)/bin/ansible-playbook site.yml $(if $(MODEL),-e 'sparkfleet_model=$(MODEL)')
 
 $(VENV)/.site-requirements: requirements.txt
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
