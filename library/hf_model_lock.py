@@ -14,6 +14,9 @@ description:
     when the lock has none (or O(update) is set), from the Hub API at O(endpoint), once per repository and branch.
   - Writes the lock (YAML, REPO@BRANCH to commit, previous commit and time) only when an entry is new or moved, so
     a second run changes nothing; reports each move with the old and the new commit.
+  - Measures each newly locked commit as M(hf_model_figures) does (config.json and the safetensors headers, never
+    the weights) and keeps the architecture in the lock entry as C(figures), which the planner uses over the
+    recipe's estimates. A model it cannot measure is locked without figures, with a warning.
   - Fails, before any host changes, when a model has no commit, no lock entry and the Hub cannot resolve it,
     naming the entry and the two fixes; and when the lock file is damaged, naming what is wrong.
   - The precedence (explicit commit, then the lock, then the Hub) lives in C(module_utils/model_lock.py).
@@ -84,6 +87,10 @@ resolved:
   returned: success
   type: list
   elements: str
+figures:
+  description: REPO@BRANCH to the architecture measured at the locked commit, for each entry that has one.
+  returned: success
+  type: dict
 moved:
   description: The entries whose commit is new or moved, each with C(key), C(old) (null when new) and C(new).
   returned: success
@@ -98,15 +105,19 @@ import yaml
 from ansible.module_utils.atomic_file import write_bytes_atomically
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.hf_hub_api import Hub, HubError
+from ansible.module_utils.hf_model_measure import measure
+from ansible.module_utils.model_config_figures import FiguresError
 from ansible.module_utils.model_lock import (
     HEADER,
     lock_key,
     lock_problems,
     locked_commits,
+    locked_figures,
     moved_entry,
     wanted,
 )
 from ansible.module_utils.recipe_rules import RecipeError, apply_overrides, load_recipe
+from ansible.module_utils.safetensors_header import HeaderError
 
 ENTRY_KEYS = ("recipe", "port")
 
@@ -126,6 +137,17 @@ def followed(params: dict) -> dict[str, str]:
         if follows is not None:
             keys.setdefault(lock_key(*follows), label)
     return keys
+
+
+def measured(module: AnsibleModule, params: dict, repo: str, commit: str) -> dict | None:
+    """The architecture hf_model_figures reads at `commit`, or None (with a warning) when it cannot."""
+    hub = Hub(params["endpoint"], repo, commit, params["token"], params["timeout_s"])
+    try:
+        result, _ = measure(hub, "auto")
+    except (HubError, FiguresError, HeaderError) as error:
+        module.warn(f"{repo}@{commit} is locked without measured figures ({error}); the recipe's estimates stand")
+        return None
+    return result["architecture"]
 
 
 def read_lock(module: AnsibleModule, path: Path) -> dict:
@@ -160,7 +182,7 @@ def main() -> None:
     locked = locked_commits(lock)
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = dict(lock.get("models") or {})
-    revisions, resolved, moved, problems = {}, [], [], []
+    revisions, resolved, moved, rewritten, problems = {}, [], [], [], []
     for key, label in keys.items():
         repo, _, branch = key.rpartition("@")
         if key in locked and not params["update"]:
@@ -182,17 +204,24 @@ def main() -> None:
             continue
         revisions[key] = commit
         entry = moved_entry(entries.get(key), commit, now)
+        if "figures" not in entry:
+            figures = measured(module, params, repo, commit)
+            if figures:
+                entry["figures"] = figures
         if entry != entries.get(key):
-            moved.append({"key": key, "old": locked.get(key), "new": commit})
+            rewritten.append(key)
             entries[key] = entry
+            if locked.get(key) != commit:
+                moved.append({"key": key, "old": locked.get(key), "new": commit})
         old = f", moved from {locked[key]}" if key in locked and locked[key] != commit else ""
         resolved.append(f"{key}: {commit} (resolved on {params['endpoint']} now{old})")
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
-    if moved and not module.check_mode:
+    if rewritten and not module.check_mode:
         text = HEADER + yaml.safe_dump({"models": dict(sorted(entries.items()))}, sort_keys=False)
         write_bytes_atomically(path, text.encode(), mode=0o644, folder_mode=None)
-    module.exit_json(changed=bool(moved), revisions=revisions, resolved=resolved, moved=moved)
+    figures = {key: value for key, value in locked_figures({"models": entries}).items() if key in revisions}
+    module.exit_json(changed=bool(rewritten), revisions=revisions, figures=figures, resolved=resolved, moved=moved)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,13 @@ options:
         names no commit of its own and follows a branch (C(hf_branch), default C(main)).
     type: dict
     default: {}
+  figures:
+    description:
+      - The models lock's measured architectures, REPO@BRANCH to the block (RV(hf_model_lock.figures)). For an
+        entry that follows that branch, the measured values of the keys its recipe states replace the recipe's
+        estimates (the entry's own C(architecture) keys still win), and RV(notes) says where weight_bytes differ.
+    type: dict
+    default: {}
   speculation:
     description:
       - Serve each recipe's speculative decoding (its C(speculative) block). With C(false) the block is left out
@@ -164,13 +171,26 @@ memory:
       C(os_reserve_gib).
   returned: success
   type: dict
+notes:
+  description: Where the plan uses figures measured at a locked commit over a recipe's estimate that differs.
+  returned: success
+  type: list
+  elements: str
 """
 
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.memory_plan import host_plan
-from ansible.module_utils.recipe_rules import checked_recipe, container_env, serve_args
+from ansible.module_utils.model_lock import measured_architecture
+from ansible.module_utils.recipe_rules import (
+    RecipeError,
+    apply_overrides,
+    checked_recipe,
+    container_env,
+    load_recipe,
+    serve_args,
+)
 from ansible.module_utils.served_models import (
     cache_dirs,
     duplicate_unit_problems,
@@ -185,12 +205,28 @@ from ansible.module_utils.vllm_flags import load_flag_list
 ENTRY_KEYS = ("recipe", "port")
 
 
-def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dict, dict]], list[str]]:
-    """(the entry's name, entry, recipe with overrides) for each entry, or every problem found."""
-    checked, problems = [], []
+def measured_overrides(entry: dict, overrides: dict, params: dict, label: str) -> tuple[dict, list[str]]:
+    """The entry's overrides with the models lock's measured architecture beneath them (the entry's own keys win),
+    and the notes where the measurement departs from the recipe's estimate."""
+    if not params["figures"]:
+        return overrides, []
+    try:
+        recipe = apply_overrides(load_recipe(entry.get("recipe"), params["recipes_dir"]), overrides)
+    except RecipeError:
+        return overrides, []  # checked_recipe names it
+    measured, notes = measured_architecture(recipe, params["figures"], label, overrides.get("architecture"))
+    return (apply_overrides({"architecture": measured}, overrides) if measured else overrides), notes
+
+
+def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dict, dict]], list[str], list[str]]:
+    """(the entry's name, entry, recipe with overrides) for each entry, every problem found, and the notes on
+    measured figures."""
+    checked, problems, notes = [], [], []
     for index, entry in enumerate(params["models"]):
         label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
         overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+        overrides, measured_notes = measured_overrides(entry, overrides, params, label)
+        notes += measured_notes
         recipe, found = checked_recipe(
             entry.get("recipe"),
             params["recipes_dir"],
@@ -203,7 +239,7 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
         problems += found
         if recipe is not None:
             checked.append((f"{params['name']}[{index}]", entry, recipe))
-    return checked, problems
+    return checked, problems, notes
 
 
 def main() -> None:
@@ -224,6 +260,7 @@ def main() -> None:
             "i_accept_freeze_risk": {"type": "bool", "default": False},
             "speculation": {"type": "bool", "default": True},
             "revisions": {"type": "dict", "default": {}},
+            "figures": {"type": "dict", "default": {}},
             "name": {"type": "str", "default": "vllm_server_models"},
         },
         supports_check_mode=True,
@@ -234,7 +271,7 @@ def main() -> None:
         flag_specs = load_flag_list(flags_file)
     except (OSError, ValueError) as error:
         module.fail_json(msg=f"{params['name']}: the flag list {flags_file} cannot be read: {error}")
-    checked, problems = checked_recipes(params, flag_specs)
+    checked, problems, notes = checked_recipes(params, flag_specs)
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
 
@@ -275,6 +312,7 @@ def main() -> None:
         "listen_address": params["listen_address"],
         "loopback": is_loopback(params["listen_address"]),
         "memory": {key: value for key, value in memory.items() if key != "results"},
+        "notes": notes,
     }
     if not memory["fits"]:
         message = ". ".join(memory["reasons"]) + "."

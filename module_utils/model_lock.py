@@ -15,6 +15,12 @@ The lock file (YAML, commit it with the inventory):
         commit: c1899de289a04d12100db370d81485cdf75e47ca
         previous_commit: null        # the commit before the last move, for the record
         locked_at: "2026-12-04T10:00:00Z"
+        figures: {weight_bytes: 1503300328, ...}   # the architecture hf_model_figures measured at that commit
+
+Measured figures: when a commit is locked, the controller measures it (module_utils/hf_model_measure.py, what
+hf_model_figures runs) and the lock keeps the architecture block. The planner then uses the measured values of the
+keys the recipe states over the recipe's estimates (an entry's own architecture override still wins), and says so
+where weight_bytes differ by more than FIGURES_TOLERANCE.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from ansible.module_utils import input_rules
 
 DEFAULT_BRANCH = "main"
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-ENTRY_KEYS = ("commit", "previous_commit", "locked_at")
+ENTRY_KEYS = ("commit", "previous_commit", "locked_at", "figures")
+# How far measured weight bytes may differ from a recipe's estimate before the plan says so.
+FIGURES_TOLERANCE = 0.03
 FIX = "restore the file from version control, or remove the entry (or the file) to lock the branch afresh"
 HEADER = (
     "# The commit each model's branch was resolved to, written by sparkfleet (module_utils/model_lock.py): every\n"
@@ -97,6 +105,8 @@ def lock_problems(lock: object) -> list[str]:
         previous = entry.get("previous_commit")
         if previous is not None and input_rules.hf_commit(previous) is not None:
             problems.append(f"{where}.previous_commit={previous!r}: expected a commit or null; {FIX}")
+        if "figures" in entry and not isinstance(entry["figures"], Mapping):
+            problems.append(f"{where}.figures is {type(entry['figures']).__name__}, expected a mapping; {FIX}")
         if not TIMESTAMP.match(str(entry.get("locked_at"))):
             problems.append(f"{where}.locked_at={entry.get('locked_at')!r}: expected YYYY-MM-DDTHH:MM:SSZ; {FIX}")
     return problems
@@ -107,9 +117,42 @@ def locked_commits(lock: Mapping | None) -> dict[str, str]:
     return {str(key): entry["commit"] for key, entry in ((lock or {}).get("models") or {}).items()}
 
 
+def locked_figures(lock: Mapping | None) -> dict[str, dict]:
+    """REPO@BRANCH -> the architecture measured at the locked commit, for the entries that have one."""
+    models = (lock or {}).get("models") or {}
+    return {str(key): dict(entry["figures"]) for key, entry in models.items() if entry.get("figures")}
+
+
 def moved_entry(old: Mapping | None, commit: str, now: str) -> dict:
     """The lock entry after resolving `commit`: unchanged when it is the locked one, else the new commit with the
-    old one kept as previous_commit."""
+    old one kept as previous_commit (and no figures: they belonged to the old commit)."""
     if old and old.get("commit") == commit:
         return dict(old)
     return {"commit": commit, "previous_commit": (old or {}).get("commit"), "locked_at": now}
+
+
+def measured_architecture(
+    recipe: Mapping, figures: Mapping[str, Mapping], label: str, own: Mapping | None = None
+) -> tuple[dict, list[str]]:
+    """The architecture override the lock's measured figures make for a recipe that follows a branch: the measured
+    values of the keys the recipe states, less those the entry sets itself (`own`, which win), and a note where
+    weight_bytes differ from the recipe's estimate by more than FIGURES_TOLERANCE. ({}, []) without figures."""
+    follows = wanted(recipe)
+    measured = figures.get(lock_key(*follows)) if follows else None
+    stated = recipe.get("architecture")
+    if not measured or not isinstance(stated, Mapping):
+        return {}, []
+    own = own if isinstance(own, Mapping) else {}
+    override = {
+        key: measured[key] for key in stated if key in measured and measured[key] is not None and key not in own
+    }
+    notes = []
+    estimate, found = stated.get("weight_bytes"), override.get("weight_bytes")
+    numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (estimate, found))
+    if numbers and estimate > 0 and abs(found - estimate) / estimate > FIGURES_TOLERANCE:
+        notes.append(
+            f"{label}: the plan uses weight_bytes measured at the locked commit of {lock_key(*follows)}, "
+            f"{found / 1e9:.2f} GB, over the recipe's estimate, {estimate / 1e9:.2f} GB "
+            f"({(found - estimate) / estimate:+.0%})"
+        )
+    return override, notes

@@ -5,7 +5,9 @@ old and the new commit; an explicit commit wins and asks nothing; no Hub and no 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 import yaml
 from helpers import ROOT, hf_standin
 from model_lock import lock_problems, with_locked_revision
-from recipe_rules import checked_recipe
+from recipe_rules import checked_recipe, load_recipe
 from vllm_flags import load_flag_list
 
 RECIPES_DIR = ROOT / "recipes"
@@ -167,3 +169,62 @@ def test_a_lock_entry_of_the_written_shape_passes():
     entry = {"commit": FIRST, "previous_commit": None, "locked_at": "2026-12-04T10:00:00Z"}
     assert lock_problems({"models": {f"{REPO}@main": entry}}) == []
     assert lock_problems(None) == []
+
+
+def _figure_models():
+    path = ROOT / "tests" / "fixtures" / "build_figure_models.py"
+    spec = importlib.util.spec_from_file_location("build_figure_models", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_figure_models"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def resolve(run_module, entry: dict, locked: dict) -> dict:
+    args = {
+        "models": [entry],
+        "recipes_dir": str(RECIPES_DIR),
+        "listen_address": "127.0.0.1",
+        "data_dir": "/var/lib/sparkfleet",
+        "config_dir": "/etc/sparkfleet/vllm",
+        "host": "spark-1",
+        "memory_total_bytes": 127_601_400 * 1024,
+        "revisions": locked["revisions"],
+        "figures": locked["figures"],
+    }
+    return run_module("vllm_models", args, check_mode=True)
+
+
+def test_a_locked_commit_is_measured_and_the_plan_uses_the_measured_figures(run_module, hub, tmp_path):
+    """The lock keeps what hf_model_figures reads at the locked commit; the planner takes the measured value of
+    each key the recipe states, says where weight_bytes differ from the estimate, and an entry's own key wins."""
+    url, root = hub
+    figures_build = _figure_models()
+    model = figures_build.llama_dense("sparkfleet-test/lock-measured")
+    figures_build.write_model(root, model)
+    key = f"{model.repo_id}@main"
+    entry = {"recipe": "llama-3.1-8b-instruct-fp8", "port": 8000, "hf_repo": model.repo_id, "hf_revision": None}
+    path = tmp_path / "models.lock.yml"
+    locked = lock(run_module, path, url, [entry])
+    assert locked["revisions"] == {key: model.commit}, locked
+    direct = run_module("hf_model_figures", {"repo_id": model.repo_id, "revision": model.commit, "endpoint": url})
+    assert locked["figures"][key] == direct["architecture"]
+    assert yaml.safe_load(path.read_text())["models"][key]["figures"] == direct["architecture"]
+    # Read back from the lock on the next run, with no Hub.
+    assert lock(run_module, path, NO_HUB, [entry])["figures"] == locked["figures"]
+
+    resolved = resolve(run_module, entry, locked)
+    assert not resolved.get("failed"), resolved
+    estimate = load_recipe("llama-3.1-8b-instruct-fp8", RECIPES_DIR)["architecture"]
+    planned = resolved["models"][0]["settings"]["architecture"]
+    for name in estimate:
+        assert planned[name] == direct["architecture"].get(name, estimate[name]), name
+    measured_gb = direct["architecture"]["weight_bytes"] / 1e9
+    (note,) = resolved["notes"]
+    assert note.startswith("vllm_server_models[0] (recipe llama-3.1-8b-instruct-fp8): the plan uses weight_bytes")
+    assert f"{measured_gb:.2f} GB, over the recipe's estimate, 9.08 GB" in note
+
+    own = resolve(run_module, {**entry, "architecture": {"weight_bytes": 9_000_000_000}}, locked)
+    assert own["models"][0]["settings"]["architecture"]["weight_bytes"] == 9_000_000_000
+    assert own["models"][0]["settings"]["architecture"]["kv_heads"] == direct["architecture"]["kv_heads"]
+    assert own["notes"] == []
