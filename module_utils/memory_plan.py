@@ -42,7 +42,13 @@ from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_
 from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, AttentionLayout, kv_bytes_per_token_per_layer
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
-from ansible.module_utils.recipe_rules import apply_overrides, plan_problems, resolved_kv_cache_dtype, whole_number
+from ansible.module_utils.recipe_rules import (
+    apply_overrides,
+    kv_cache_memory_bytes,
+    plan_problems,
+    resolved_kv_cache_dtype,
+    whole_number,
+)
 from ansible.module_utils.speculative import draft_figures
 
 GIB = 2**30
@@ -100,6 +106,9 @@ class PlanInputs:
     draft_weight_bytes: float = 0.0
     draft_attention_layers: int = 0
     measured_decode_tok_s: float | None = None
+    # --kv-cache-memory-bytes (recipe key kv_cache_memory_gib): vLLM then takes exactly this for the KV cache and
+    # no longer sizes it from the share; the share still counts for the OS reserve and vLLM's start check.
+    kv_cache_memory_bytes: int | None = None
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
     max_gpu_memory_utilization: float = DEFAULT_MAX_GPU_MEMORY_UTILIZATION
@@ -244,6 +253,9 @@ def build_inputs(
         draft_weight_bytes=draft_weights,
         draft_attention_layers=draft_layers,
         measured_decode_tok_s=None if measured is None else float(measured),
+        kv_cache_memory_bytes=(
+            None if recipe.get("kv_cache_memory_gib") is None else kv_cache_memory_bytes(recipe["kv_cache_memory_gib"])
+        ),
         overhead_gib=float(overhead_gib),
         os_reserve_min_gib=float(os_reserve_min_gib),
         max_gpu_memory_utilization=float(max_gpu_memory_utilization),
@@ -356,6 +368,8 @@ def overhead_bytes(inputs: PlanInputs) -> float:
 def kv_cache_bytes(inputs: PlanInputs, utilization: float) -> float:
     """The KV budget as vLLM computes it: requested memory less the non-KV memory (weights and overhead_bytes());
     negative when the weights alone do not fit."""
+    if inputs.kv_cache_memory_bytes is not None:
+        return float(inputs.kv_cache_memory_bytes)  # vLLM's determine_available_memory returns it as it is
     return pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
 
 
@@ -532,6 +546,49 @@ def _context_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool)
     return f"{found}; {_bigger_setup_hint(inputs)}"
 
 
+def footprint_bytes(inputs: PlanInputs) -> float:
+    """What one node of the model takes with its KV cache sized in bytes: weights, overhead and that KV cache."""
+    return weights_bytes_per_node(inputs) + overhead_bytes(inputs) + (inputs.kv_cache_memory_bytes or 0)
+
+
+def _kv_gib_text(value: float) -> str:
+    return f"{math.ceil(value / GIB * 10) / 10:g}"
+
+
+def _explicit_kv_reasons(inputs: PlanInputs, utilization: float) -> list[str]:
+    """With kv_cache_memory_gib, vLLM takes that KV cache whatever the share: the weights, overhead and KV cache
+    must stay within the share the OS reserve is counted from, and the KV cache must hold one full sequence."""
+    label = f"{inputs.name}.kv_cache_memory_gib={inputs.kv_cache_memory_bytes / GIB:g}"
+    reasons = []
+    needed = footprint_bytes(inputs)
+    if needed > pool_bytes(inputs, utilization):
+        fixes = []
+        share = hundredths(needed / inputs.memory_total_bytes, up=True)
+        if utilization_is_safe(inputs, share):
+            fixes.append(f"gpu_memory_utilization to {share:.2f}")
+        room = pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
+        if room >= kv_bytes_needed(inputs, inputs.max_model_len):
+            fixes.append(f"kv_cache_memory_gib to {math.floor(room / GIB * 10) / 10:g} or lower")
+        fix = f"set {', or '.join(fixes)}" if fixes else _bigger_setup_hint(inputs)
+        reasons.append(
+            f"{label}: the weights ({gib_text(weights_bytes_per_node(inputs))}) plus overhead "
+            f"({gib_text(overhead_bytes(inputs))}) plus this KV cache need {gib_text(needed)}, more than the "
+            f"gpu_memory_utilization share of {gib_text(pool_bytes(inputs, utilization))} ({utilization:.2f}) that "
+            f"the OS reserve is counted from; vLLM would take it anyway and leave the OS less; {fix}"
+        )
+    if sequences_held(inputs, utilization) < 1:
+        needed_kv = kv_bytes_needed(inputs, inputs.max_model_len)
+        shorter = longest_sequence_tokens(inputs, utilization) // CONTEXT_STEP * CONTEXT_STEP
+        fixes = [f"kv_cache_memory_gib to {_kv_gib_text(needed_kv)}"]
+        if shorter:
+            fixes.append(f"max_model_len to {shorter} or lower")
+        reasons.append(
+            f"{label}: the KV cache admits one sequence of at most {longest_sequence_tokens(inputs, utilization):,} "
+            f"tokens, less than one {inputs.max_model_len:,}-token sequence; set {', or '.join(fixes)}"
+        )
+    return reasons
+
+
 def refusal_reasons(inputs: PlanInputs) -> list[str]:
     """Why these flags must not be started on a Spark; empty when they fit. When gpu_memory_utilization is unsafe
     the fit is judged at the largest safe one, so that following every suggestion gives a plan that fits."""
@@ -544,7 +601,9 @@ def refusal_reasons(inputs: PlanInputs) -> list[str]:
             return reasons
     utilization = inputs.gpu_memory_utilization if safety is None else safe
     at_safe_limit = safety is not None
-    if kv_cache_bytes(inputs, utilization) < 0:
+    if inputs.kv_cache_memory_bytes is not None:
+        reasons += _explicit_kv_reasons(inputs, utilization)
+    elif kv_cache_bytes(inputs, utilization) < 0:
         reasons.append(_weights_reason(inputs, utilization, at_safe_limit))
     elif sequences_held(inputs, utilization) < 1:
         reasons.append(_context_reason(inputs, utilization, at_safe_limit))
@@ -603,7 +662,8 @@ def summary(memory_plan: MemoryPlan) -> str:
     verdict = "fits" if memory_plan.fits else "DOES NOT FIT"
     line = (
         f"{inputs.name} {verdict}{nodes}: weights {gib_text(memory_plan.weights_bytes)} + non-KV estimate "
-        f"{gib_text(overhead_bytes(inputs))} + KV cache {gib_text(memory_plan.kv_cache_bytes)} in a "
+        f"{gib_text(overhead_bytes(inputs))} + KV cache {gib_text(memory_plan.kv_cache_bytes)}"
+        f"{' (kv_cache_memory_gib)' if inputs.kv_cache_memory_bytes is not None else ''} in a "
         f"{gib_text(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
         f"{gib_text(inputs.memory_total_bytes)}), {gib_text(memory_plan.os_reserve_bytes)} left for the OS; one "
         f"{inputs.max_model_len:,}-token sequence takes {memory_plan.kv_bytes_per_sequence / 2**20:,.1f} MiB "

@@ -45,6 +45,7 @@ ROLE_FLAGS = {
     "port": "the port of the vllm_server_models entry",
     "api-key": "vllm_server_api_key (kept in a root-only file)",
     "hf-token": "vllm_server_hf_token (kept in a root-only file)",
+    "kv-cache-memory-bytes": "kv_cache_memory_gib (the KV cache in GiB, which the memory planner counts)",
 }
 # Environment variables that carry secrets: never in a recipe (recipes are committed and shown in logs).
 SECRET_ENV = {
@@ -321,6 +322,13 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
     )
     need("max_model_len", _positive_int(get("max_model_len")), "a positive number of tokens")
     need("max_num_seqs", _positive_int(get("max_num_seqs")), "a positive integer")
+    # Optional: the KV cache sized in GiB (--kv-cache-memory-bytes) instead of what the share leaves.
+    if get("kv_cache_memory_gib") is not None:
+        need(
+            "kv_cache_memory_gib",
+            _positive_number(get("kv_cache_memory_gib")),
+            "a positive number of GiB for the KV cache, e.g. 20, or null to size it from gpu_memory_utilization",
+        )
     # The pinned vLLM may offer more (--kv-cache-dtype in the flag list, which flag_problems checks): these are the
     # ones whose KV cache the planner can size.
     need(
@@ -654,6 +662,8 @@ def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
     args += ["--served-model-name", recipe["served_model_name"]]
     for key, flag in PLANNED_FLAGS.items():
         args += [f"--{flag}", _text(recipe[key])]
+    if recipe.get("kv_cache_memory_gib") is not None:
+        args += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes(recipe["kv_cache_memory_gib"]))]
     if recipe["tensor_parallel_size"] > 1:
         args += ["--tensor-parallel-size", str(recipe["tensor_parallel_size"])]
     for name, value in recipe["serve_flags"].items():
@@ -675,6 +685,11 @@ def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
     if recipe.get("speculative"):
         args += ["--speculative-config", _text(speculative.config(recipe["speculative"]))]
     return args
+
+
+def kv_cache_memory_bytes(gib: float) -> int:
+    """kv_cache_memory_gib as the whole bytes --kv-cache-memory-bytes takes (and the planner counts)."""
+    return int(gib * 1024**3)
 
 
 def container_env(recipe: dict) -> dict[str, str]:

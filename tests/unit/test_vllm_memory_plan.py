@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -872,3 +873,59 @@ def test_the_planner_and_the_module_agree(measured, repo_id, kv_cache_dtype):
     two = planned_from(architecture, kv_cache_dtype=kv_cache_dtype, tensor_parallel_size=2)
     layout = attention_layout(config)
     assert kv_bytes_per_token(two) == layout_kv_bytes_per_token(layout, architecture["kv_cache_dtype"], tp=2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The KV cache sized in GiB (kv_cache_memory_gib, vLLM's --kv-cache-memory-bytes)
+
+
+def test_a_kv_cache_in_gib_is_taken_as_it_is_whatever_the_share():
+    """vLLM 0.33's determine_available_memory returns kv_cache_memory_bytes unprofiled: the plan's KV cache is that,
+    at any gpu_memory_utilization whose share still holds weights, overhead and it."""
+    sized = {"kv_cache_memory_gib": 20}
+    at_85 = plan(inputs_of(NEMOTRON, sized))
+    at_80 = plan(inputs_of(NEMOTRON, {**sized, "gpu_memory_utilization": 0.80}))
+    assert at_85.fits and at_80.fits, (at_85.reasons, at_80.reasons)
+    assert at_85.kv_cache_bytes == at_80.kv_cache_bytes == 20 * GIB
+    assert at_85.max_full_length_seqs == at_85.groups.sequences_held(20 * GIB)
+    assert at_85.max_full_length_seqs < plan(inputs_of(NEMOTRON)).max_full_length_seqs
+    assert "KV cache 20.0 GiB (kv_cache_memory_gib)" in planner.summary(at_85)
+
+
+def test_a_kv_cache_in_gib_beyond_the_share_is_refused_with_both_fixes():
+    """The OS reserve is counted from the share: weights, overhead and the KV cache must stay inside it. (A share
+    beyond max_gpu_memory_utilization is not offered: 40 GiB at 0.80 gets only the smaller KV cache.)"""
+    inputs = inputs_of(NEMOTRON, {"kv_cache_memory_gib": 25, "gpu_memory_utilization": 0.80})
+    weights = 80e9 / GIB + 2.0
+    (reason,) = plan(inputs).reasons
+    assert reason.startswith(f"{LABEL}.kv_cache_memory_gib=25: the weights (74.5 GiB) plus overhead (2.0 GiB)")
+    share = math.ceil((weights + 25) * GIB / SPARK_MEM_TOTAL * 100) / 100
+    room = math.floor((SPARK_MEM_TOTAL * 0.80 / GIB - weights) * 10) / 10
+    assert f"set gpu_memory_utilization to {share:.2f}, or kv_cache_memory_gib to {room:g} or lower" in reason
+    # Following either fix gives a plan that fits.
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 25, "gpu_memory_utilization": share})).fits
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": room, "gpu_memory_utilization": 0.80})).fits
+    (unsafe_share,) = plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 40, "gpu_memory_utilization": 0.80})).reasons
+    assert unsafe_share.endswith(f"set kv_cache_memory_gib to {room:g} or lower")
+
+
+def test_a_kv_cache_in_gib_too_small_for_one_sequence_names_the_gib_it_needs():
+    (reason,) = plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 0.5})).reasons
+    assert "the KV cache admits one sequence of at most" in reason
+    needed = float(re.search(r"kv_cache_memory_gib to ([0-9.]+)", reason).group(1))
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": needed})).fits
+
+
+def test_a_kv_cache_in_gib_is_rendered_in_bytes_and_checked():
+    from recipe_rules import serve_args
+    from vllm_flags import load_flag_list
+
+    flags = load_flag_list(ROOT / "recipes" / "vllm-serve-flags.txt")
+    recipe = load_recipe("qwen3-0.6b", ROOT / "recipes")
+    args = serve_args({**recipe, "kv_cache_memory_gib": 1.5}, flags)
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(int(1.5 * GIB))
+    assert "--kv-cache-memory-bytes" not in serve_args(recipe, flags)
+    assert problems_of({**NEMOTRON, "kv_cache_memory_gib": -1}) == [
+        f"{LABEL}.kv_cache_memory_gib=-1: expected a positive number of GiB for the KV cache, e.g. 20, or null to "
+        "size it from gpu_memory_utilization"
+    ]
