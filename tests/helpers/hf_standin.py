@@ -38,6 +38,24 @@ def builder() -> ModuleType:
     return module
 
 
+@functools.cache
+def figure_builder() -> ModuleType:
+    """tests/fixtures/build_figure_models.py as a module (the model repos hf_model_figures reads); loaded once."""
+    path = TESTS / "fixtures" / "build_figure_models.py"
+    spec = importlib.util.spec_from_file_location("build_figure_models", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_figure_models"] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def publish_commit(root: Path, repo_id: str, commit: str) -> None:
+    """A one-file repo (its config.json names the commit) whose main branch is `commit`: a rewrite moves the branch,
+    as a new commit on the Hub does."""
+    builder().write_repo(root, repo_id, commit, {"config.json": json.dumps({"commit": commit}).encode()})
+
+
 def build_fixture_models(outdir: Path, shard_mib: float = 4) -> Path:
     """Build (or keep, when current) the fixture repos in OUTDIR through the builder's CLI; returns OUTDIR."""
     command = [sys.executable, str(BUILDER), str(outdir), "--shard-mib", str(shard_mib)]

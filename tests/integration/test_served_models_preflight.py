@@ -10,7 +10,6 @@ vllm_server_models, and a name that is no recipe stops preflight listing the rec
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,7 @@ FIRST, SECOND = "a" * 40, "b" * 40
 
 
 def publish(root: Path, commit: str) -> None:
-    hf_standin.builder().write_repo(root, REPO, commit, {"config.json": json.dumps({"commit": commit}).encode()})
+    hf_standin.publish_commit(root, REPO, commit)
 
 
 @pytest.fixture(scope="module")

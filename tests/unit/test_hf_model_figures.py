@@ -12,16 +12,14 @@ module_utils/model_config_figures.py for the lines).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import safetensors_header
-from helpers import ROOT, hf_standin
+from helpers import hf_standin
 from hf_model_measure import measure
 from kv_cache_pages import mamba_state_bytes
 from model_config_figures import (
@@ -43,16 +41,7 @@ MODULE = "hf_model_figures"
 WRONG_TOKEN = "hf_wrong_token_should_never_show_7c1d"
 
 
-def _builder():
-    path = ROOT / "tests" / "fixtures" / "build_figure_models.py"
-    spec = importlib.util.spec_from_file_location("build_figure_models", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_figure_models"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-BUILD = _builder()
+BUILD = hf_standin.figure_builder()
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,7 @@ old and the new commit; an explicit commit wins and asks nothing; no Hub and no 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,8 +25,7 @@ FOLLOWS = {"recipe": "qwen3-0.6b", "port": 8000, "hf_repo": REPO, "hf_revision":
 
 
 def publish(root: Path, commit: str) -> None:
-    """The stand-in Hub's main branch of REPO at `commit` (a rewrite moves the branch)."""
-    hf_standin.builder().write_repo(root, REPO, commit, {"config.json": json.dumps({"commit": commit}).encode()})
+    hf_standin.publish_commit(root, REPO, commit)
 
 
 @pytest.fixture(scope="module")
@@ -171,15 +168,6 @@ def test_a_lock_entry_of_the_written_shape_passes():
     assert lock_problems(None) == []
 
 
-def _figure_models():
-    path = ROOT / "tests" / "fixtures" / "build_figure_models.py"
-    spec = importlib.util.spec_from_file_location("build_figure_models", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["build_figure_models"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 def resolve(run_module, entry: dict, locked: dict) -> dict:
     args = {
         "models": [entry],
@@ -199,7 +187,7 @@ def test_a_locked_commit_is_measured_and_the_plan_uses_the_measured_figures(run_
     """The lock keeps what hf_model_figures reads at the locked commit; the planner takes the measured value of
     each key the recipe states, says where weight_bytes differ from the estimate, and an entry's own key wins."""
     url, root = hub
-    figures_build = _figure_models()
+    figures_build = hf_standin.figure_builder()
     model = figures_build.llama_dense("sparkfleet-test/lock-measured")
     figures_build.write_model(root, model)
     key = f"{model.repo_id}@main"
