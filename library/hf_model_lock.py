@@ -118,8 +118,7 @@ from ansible.module_utils.model_lock import (
 )
 from ansible.module_utils.recipe_rules import RecipeError, apply_overrides, load_recipe
 from ansible.module_utils.safetensors_header import HeaderError
-
-ENTRY_KEYS = ("recipe", "port")
+from ansible.module_utils.served_models import entry_overrides
 
 
 def followed(params: dict) -> dict[str, str]:
@@ -128,7 +127,7 @@ def followed(params: dict) -> dict[str, str]:
     keys: dict[str, str] = {}
     for index, entry in enumerate(params["entries"]):
         label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
-        overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+        overrides = entry_overrides(entry)
         try:
             recipe = apply_overrides(load_recipe(entry.get("recipe"), params["recipes_dir"]), overrides)
         except RecipeError:

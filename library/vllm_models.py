@@ -21,7 +21,11 @@ version_added: "0.2.0"
 author: sparkfleet
 options:
   models:
-    description: The host's C(vllm_server_models) - each a mapping with C(recipe), C(port) and recipe overrides.
+    description:
+      - The host's C(vllm_server_models) - each a mapping with C(recipe), C(port) and recipe overrides.
+      - C(profile) (V(speed), V(users) or V(safe); C(profile_context) for V(users)) derives the planned values, the
+        KV cache dtype and speculation from the seed's decision table (module_utils/profiles.py); RV(notes) says
+        what each profile chose, why, the single-stream decode ceiling and the published figure.
     type: list
     elements: dict
     required: true
@@ -172,7 +176,9 @@ memory:
   returned: success
   type: dict
 notes:
-  description: Where the plan uses figures measured at a locked commit over a recipe's estimate that differs.
+  description:
+    - Where the plan uses figures measured at a locked commit over a recipe's estimate that differs, and what each
+      entry's profile chose and why.
   returned: success
   type: list
   elements: str
@@ -180,6 +186,7 @@ notes:
 
 from pathlib import Path
 
+from ansible.module_utils import profiles
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.memory_plan import host_plan
 from ansible.module_utils.model_lock import measured_architecture
@@ -194,6 +201,7 @@ from ansible.module_utils.recipe_rules import (
 from ansible.module_utils.served_models import (
     cache_dirs,
     duplicate_unit_problems,
+    entry_overrides,
     hf_cache_dir,
     is_loopback,
     resolve_model,
@@ -201,8 +209,7 @@ from ansible.module_utils.served_models import (
 )
 from ansible.module_utils.vllm_flags import load_flag_list
 
-# Keys of a vllm_server_models entry that are not recipe overrides.
-ENTRY_KEYS = ("recipe", "port")
+PLANNER_SETTINGS = ("overhead_gib", "os_reserve_min_gib", "max_gpu_memory_utilization")
 
 
 def measured_overrides(entry: dict, overrides: dict, params: dict, label: str) -> tuple[dict, list[str]]:
@@ -224,7 +231,7 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
     checked, problems, notes = [], [], []
     for index, entry in enumerate(params["models"]):
         label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
-        overrides = {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+        overrides = entry_overrides(entry)
         overrides, measured_notes = measured_overrides(entry, overrides, params, label)
         notes += measured_notes
         recipe, found = checked_recipe(
@@ -237,7 +244,17 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
             revisions=params["revisions"],
         )
         problems += found
-        if recipe is not None:
+        found = profiles.entry_problems(entry, label)
+        problems += found
+        if recipe is not None and not found:
+            recipe, profile_notes = profiles.apply_profile(
+                recipe,
+                entry,
+                memory_total_bytes=params["memory_total_bytes"],
+                settings={key: params[key] for key in PLANNER_SETTINGS},
+                label=label,
+            )
+            notes += profile_notes
             checked.append((f"{params['name']}[{index}]", entry, recipe))
     return checked, problems, notes
 
@@ -275,7 +292,7 @@ def main() -> None:
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
 
-    settings = {key: params[key] for key in ("overhead_gib", "os_reserve_min_gib", "max_gpu_memory_utilization")}
+    settings = {key: params[key] for key in PLANNER_SETTINGS}
     memory, problems = host_plan(
         [(name, recipe) for name, _, recipe in checked],
         memory_total_bytes=params["memory_total_bytes"],

@@ -13,6 +13,16 @@ from ansible.module_utils import speculative
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
+# Keys of a vllm_server_models entry that are not recipe overrides: where it answers, and the decision profile
+# (module_utils/profiles.py) with its context. Every other key of an entry overrides that recipe key.
+ENTRY_KEYS = ("recipe", "port", "profile", "profile_context")
+
+
+def entry_overrides(entry: dict) -> dict:
+    """The recipe overrides of one vllm_server_models entry."""
+    return {key: value for key, value in entry.items() if key not in ENTRY_KEYS}
+
+
 # Characters a served model name may keep in unit and container names; the others become "-".
 UNIT_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
