@@ -426,6 +426,12 @@ def smallest_utilization_holding(inputs: PlanInputs, tokens: int) -> float | Non
     """The smallest gpu_memory_utilization (a multiple of 0.01) whose KV cache holds `tokens`; None if below 1
     there is none. Safety is the caller's question."""
     sequence = kv_bytes_needed(inputs, tokens)
+    if inputs.kv_cache_memory_bytes is not None:
+        # The KV cache is the size given, whatever the share: the share must hold weights, overhead and it.
+        if inputs.kv_cache_memory_bytes < sequence:
+            return None
+        utilization = max(0.01, hundredths(footprint_bytes(inputs) / inputs.memory_total_bytes, up=True))
+        return utilization if utilization < 1 else None
     needed = weights_bytes_per_node(inputs) + overhead_bytes(inputs) + sequence
     utilization = max(0.01, hundredths(needed / inputs.memory_total_bytes, up=True))
     while utilization < 1 and kv_cache_bytes(inputs, utilization) < sequence:

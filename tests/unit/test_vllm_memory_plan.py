@@ -929,3 +929,12 @@ def test_a_kv_cache_in_gib_is_rendered_in_bytes_and_checked():
         f"{LABEL}.kv_cache_memory_gib=-1: expected a positive number of GiB for the KV cache, e.g. 20, or null to "
         "size it from gpu_memory_utilization"
     ]
+
+
+def test_the_share_suggested_for_a_kv_cache_in_gib_holds_weights_overhead_and_it():
+    """The smallest share holding a sequence, with the KV cache sized in GiB, is the one its footprint needs."""
+    inputs = inputs_of(NEMOTRON, {"kv_cache_memory_gib": 20})
+    share = planner.smallest_utilization_holding(inputs, inputs.max_model_len)
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 20, "gpu_memory_utilization": share})).fits
+    lower = round(share - 0.01, 2)
+    assert not plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 20, "gpu_memory_utilization": lower})).fits
