@@ -25,10 +25,16 @@ version_added: "0.4.0"
 author: sparkfleet
 options:
   entries:
-    description: The served-model entries, each with C(recipe) and any recipe overrides (C(hf_revision), C(hf_branch)).
+    description:
+      - The served-model entries, each with C(recipe) and any recipe overrides (C(hf_revision), C(hf_branch)).
+      - One of O(entries) and O(by_host) is required.
     type: list
     elements: dict
-    required: true
+  by_host:
+    description:
+      - The served-model entries of every Spark of the run, by host name, so that a message names the host and
+        the entry's place in that host's list. One of O(entries) and O(by_host) is required.
+    type: dict
   recipes_dir:
     description: The folder of recipes.
     type: path
@@ -68,7 +74,7 @@ attributes:
 EXAMPLES = r"""
 - name: Lock the commit of every model that follows a branch
   hf_model_lock:
-    entries: "{{ vllm_server_models }}"
+    by_host: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'vllm_server_models'))) }}"
     recipes_dir: "{{ playbook_dir }}/recipes"
     path: "{{ inventory_dir }}/models.lock.yml"
   delegate_to: localhost
@@ -121,15 +127,27 @@ from ansible.module_utils.safetensors_header import HeaderError
 from ansible.module_utils.served_models import entry_overrides
 
 
+def labelled_entries(params: dict) -> list[tuple[str, dict]]:
+    """(label, entry) for every entry: by host when the entries come by host."""
+    if params["by_host"] is None:
+        return [(f"{params['name']}[{index}]", entry) for index, entry in enumerate(params["entries"])]
+    return [
+        (f"{host}: {params['name']}[{index}]", entry)
+        for host, entries in params["by_host"].items()
+        for index, entry in enumerate(entries or [])
+    ]
+
+
 def followed(params: dict) -> dict[str, str]:
-    """REPO@BRANCH -> the label of the first entry that follows it. An entry whose recipe cannot be read is left
-    to vllm_models, whose check names it in full."""
+    """REPO@BRANCH -> the label of the first entry that follows it. An entry whose recipe cannot be read (or is
+    not a mapping with a recipe name) is left to vllm_models, whose check names it in full."""
     keys: dict[str, str] = {}
-    for index, entry in enumerate(params["entries"]):
-        label = f"{params['name']}[{index}] (recipe {entry.get('recipe')})"
-        overrides = entry_overrides(entry)
+    for where, entry in labelled_entries(params):
+        if not isinstance(entry, dict) or not isinstance(entry.get("recipe"), str):
+            continue
+        label = f"{where} (recipe {entry['recipe']})"
         try:
-            recipe = apply_overrides(load_recipe(entry.get("recipe"), params["recipes_dir"]), overrides)
+            recipe = apply_overrides(load_recipe(entry["recipe"], params["recipes_dir"]), entry_overrides(entry))
         except RecipeError:
             continue
         follows = wanted(recipe)
@@ -163,7 +181,8 @@ def read_lock(module: AnsibleModule, path: Path) -> dict:
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
-            "entries": {"type": "list", "elements": "dict", "required": True},
+            "entries": {"type": "list", "elements": "dict"},
+            "by_host": {"type": "dict"},
             "recipes_dir": {"type": "path", "required": True},
             "path": {"type": "path", "required": True},
             "endpoint": {"type": "str", "default": "https://huggingface.co"},
@@ -172,9 +191,13 @@ def main() -> None:
             "timeout_s": {"type": "float", "default": 30},
             "name": {"type": "str", "default": "vllm_server_models"},
         },
+        required_one_of=[("entries", "by_host")],
+        mutually_exclusive=[("entries", "by_host")],
         supports_check_mode=True,
     )
     params = module.params
+    if params["by_host"] is not None and not all(isinstance(v, list) for v in params["by_host"].values()):
+        module.fail_json(msg=f"by_host: expected each host's {params['name']} as a list")
     path = Path(params["path"])
     keys = followed(params)
     lock = read_lock(module, path) if keys else {}

@@ -34,6 +34,13 @@ options:
         inside O(dest). Its scenarios are set beside these in RV(comparison) and in C(results.json). When none
         was measured there is no comparison, and RV(comparison) is null.
     type: str
+  compare_since:
+    description:
+      - With O(compare_with), compare only with a variant measured at or after this time (YYYY-MM-DDTHH:MM:SSZ,
+        UTC), e.g. the start of the run that measured it; an older one, left from an earlier run, is not compared
+        (with a warning). Empty - any time.
+    type: str
+    default: ""
   dest:
     description: Directory to write into; created (with its parents) when missing.
     type: path
@@ -80,13 +87,16 @@ changed_files:
   elements: str
 """
 
+import re
 from pathlib import Path
 
 from ansible.module_utils.arena_bench import arena_csv, arena_json, arena_png
 from ansible.module_utils.atomic_file import write_bytes_atomically
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.bench_compare import comparison, read_variant
+from ansible.module_utils.bench_compare import comparison, measured_since, read_variant
 from ansible.module_utils.openai_bench import results_csv, results_json, sweep_png
+
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 
 def report_files(results: dict, arena: dict | None) -> dict[str, tuple[str, bytes]]:
@@ -115,6 +125,7 @@ def main() -> None:
             "measurements": {"type": "dict", "required": True},
             "arena": {"type": "dict"},
             "compare_with": {"type": "str"},
+            "compare_since": {"type": "str", "default": ""},
             "dest": {"type": "path", "required": True},
             "mode": {"type": "raw", "default": "0644"},
         },
@@ -130,6 +141,15 @@ def main() -> None:
             variant = read_variant(dest, module.params["compare_with"])
         except (OSError, ValueError) as error:
             module.fail_json(msg=f"cannot read the {module.params['compare_with']} results to compare with: {error}")
+        since = module.params["compare_since"]
+        if since and not TIMESTAMP.match(since):
+            module.fail_json(msg=f"compare_since={since!r}: expected a UTC time as YYYY-MM-DDTHH:MM:SSZ, or empty")
+        if variant is not None and not measured_since(variant, since):
+            module.warn(
+                f"the {module.params['compare_with']} results in {dest} were measured at "
+                f"{variant.get('measured_at')}, before this run ({since}): not compared"
+            )
+            variant = None
         if variant is not None:
             compared = comparison(results["scenarios"], variant, module.params["compare_with"])
             results = {**results, "comparison": compared}

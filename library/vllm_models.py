@@ -25,7 +25,9 @@ options:
       - The host's C(vllm_server_models) - each a mapping with C(recipe), C(port) and recipe overrides.
       - C(profile) (V(speed), V(users) or V(safe); C(profile_context) for V(users)) derives the planned values, the
         KV cache dtype and speculation from the seed's decision table (module_utils/profiles.py); RV(notes) says
-        what each profile chose, why, the single-stream decode ceiling and the published figure.
+        what each profile chose, why, the single-stream decode ceiling and the published figure. An entry with a
+        profile leaves the values the profile chooses to it; V(users) shares the host with its other models (it
+        takes what their shares leave).
     type: list
     elements: dict
     required: true
@@ -244,19 +246,22 @@ def checked_recipes(params: dict, flag_specs: dict) -> tuple[list[tuple[str, dic
             revisions=params["revisions"],
         )
         problems += found
-        found = profiles.entry_problems(entry, label)
+        found = profiles.entry_problems(entry, label, recipe)
         problems += found
         if recipe is not None and not found:
-            recipe, profile_notes = profiles.apply_profile(
-                recipe,
-                entry,
-                memory_total_bytes=params["memory_total_bytes"],
-                settings={key: params[key] for key in PLANNER_SETTINGS},
-                label=label,
-            )
-            notes += profile_notes
-            checked.append((f"{params['name']}[{index}]", entry, recipe))
-    return checked, problems, notes
+            checked.append((f"{params['name']}[{index}]", entry, recipe, label))
+    profiled, profile_notes = profiles.profiles_for_host(
+        [(entry, recipe) for _, entry, recipe, _ in checked],
+        memory_total_bytes=params["memory_total_bytes"],
+        settings={key: params[key] for key in PLANNER_SETTINGS},
+        labels=[label for *_, label in checked],
+    )
+    notes += profile_notes
+    return (
+        [(name, entry, recipe) for (name, entry, _, _), recipe in zip(checked, profiled, strict=True)],
+        problems,
+        notes,
+    )
 
 
 def main() -> None:

@@ -29,6 +29,12 @@ def read_variant(model_folder: str | Path, variant: str) -> dict | None:
         return None
 
 
+def measured_since(variant_results: dict, since: str) -> bool:
+    """Whether the variant was measured at or after `since` (YYYY-MM-DDTHH:MM:SSZ, which sorts as text); any time
+    when `since` is empty. A variant left from an earlier run (another image, another commit) is not compared."""
+    return not since or str(variant_results.get("measured_at") or "") >= since
+
+
 def _key(row: dict) -> tuple:
     return (row.get("scenario"), row.get("prompt_tokens"), row.get("output_tokens"))
 

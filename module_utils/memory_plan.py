@@ -563,18 +563,23 @@ def _kv_gib_text(value: float) -> str:
 
 def _explicit_kv_reasons(inputs: PlanInputs, utilization: float) -> list[str]:
     """With kv_cache_memory_gib, vLLM takes that KV cache whatever the share: the weights, overhead and KV cache
-    must stay within the share the OS reserve is counted from, and the KV cache must hold one full sequence."""
+    must stay within the share the OS reserve is counted from, and the KV cache must hold one full sequence.
+    Each suggested fix, followed alone, gives a plan that fits."""
     label = f"{inputs.name}.kv_cache_memory_gib={inputs.kv_cache_memory_bytes / GIB:g}"
+    one_sequence = kv_bytes_needed(inputs, inputs.max_model_len)
     reasons = []
     needed = footprint_bytes(inputs)
     if needed > pool_bytes(inputs, utilization):
         fixes = []
-        share = hundredths(needed / inputs.memory_total_bytes, up=True)
-        if utilization_is_safe(inputs, share):
+        share = _share_holding(inputs, inputs.kv_cache_memory_bytes)
+        if share is not None:
             fixes.append(f"gpu_memory_utilization to {share:.2f}")
         room = pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
-        if room >= kv_bytes_needed(inputs, inputs.max_model_len):
-            fixes.append(f"kv_cache_memory_gib to {math.floor(room / GIB * 10) / 10:g} or lower")
+        if room >= one_sequence:
+            fixes.append(
+                f"kv_cache_memory_gib to {math.floor(room / GIB * 10) / 10:g} or lower (not below "
+                f"{_kv_gib_text(one_sequence)}, one {inputs.max_model_len:,}-token sequence)"
+            )
         fix = f"set {', or '.join(fixes)}" if fixes else _bigger_setup_hint(inputs)
         reasons.append(
             f"{label}: the weights ({gib_text(weights_bytes_per_node(inputs))}) plus overhead "
@@ -583,16 +588,33 @@ def _explicit_kv_reasons(inputs: PlanInputs, utilization: float) -> list[str]:
             f"the OS reserve is counted from; vLLM would take it anyway and leave the OS less; {fix}"
         )
     if sequences_held(inputs, utilization) < 1:
-        needed_kv = kv_bytes_needed(inputs, inputs.max_model_len)
+        fixes = []
+        enough = math.ceil(one_sequence / GIB * 10) / 10 * GIB
+        if footprint_bytes(replace(inputs, kv_cache_memory_bytes=enough)) <= pool_bytes(inputs, utilization):
+            fixes.append(f"kv_cache_memory_gib to {_kv_gib_text(one_sequence)}")
+        else:
+            share = _share_holding(inputs, enough)
+            if share is not None:
+                fixes.append(
+                    f"kv_cache_memory_gib to {_kv_gib_text(one_sequence)} with gpu_memory_utilization {share:.2f}"
+                )
         shorter = longest_sequence_tokens(inputs, utilization) // CONTEXT_STEP * CONTEXT_STEP
-        fixes = [f"kv_cache_memory_gib to {_kv_gib_text(needed_kv)}"]
         if shorter:
             fixes.append(f"max_model_len to {shorter} or lower")
+        fix = f"set {', or '.join(fixes)}" if fixes else _bigger_setup_hint(inputs)
         reasons.append(
             f"{label}: the KV cache admits one sequence of at most {longest_sequence_tokens(inputs, utilization):,} "
-            f"tokens, less than one {inputs.max_model_len:,}-token sequence; set {', or '.join(fixes)}"
+            f"tokens, less than one {inputs.max_model_len:,}-token sequence; {fix}"
         )
     return reasons
+
+
+def _share_holding(inputs: PlanInputs, kv_cache_bytes_given: float) -> float | None:
+    """The smallest safe gpu_memory_utilization whose share holds the weights, overhead and a KV cache of
+    `kv_cache_bytes_given`; None when no safe share does."""
+    sized = replace(inputs, kv_cache_memory_bytes=kv_cache_bytes_given)
+    share = hundredths(footprint_bytes(sized) / inputs.memory_total_bytes, up=True)
+    return share if utilization_is_safe(inputs, share) else None
 
 
 def refusal_reasons(inputs: PlanInputs) -> list[str]:

@@ -25,6 +25,7 @@ where weight_bytes differ by more than FIGURES_TOLERANCE.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Mapping
 
@@ -107,9 +108,14 @@ def lock_problems(lock: object) -> list[str]:
             problems.append(f"{where}.previous_commit={previous!r}: expected a commit or null; {FIX}")
         if "figures" in entry and not isinstance(entry["figures"], Mapping):
             problems.append(f"{where}.figures is {type(entry['figures']).__name__}, expected a mapping; {FIX}")
-        if not TIMESTAMP.match(str(entry.get("locked_at"))):
+        if not locked_at_ok(entry.get("locked_at")):
             problems.append(f"{where}.locked_at={entry.get('locked_at')!r}: expected YYYY-MM-DDTHH:MM:SSZ; {FIX}")
     return problems
+
+
+def locked_at_ok(value: object) -> bool:
+    """A lock time as written (quoted text), or as YAML reads it back unquoted after a hand edit (a datetime)."""
+    return isinstance(value, datetime.datetime) or TIMESTAMP.match(str(value)) is not None
 
 
 def locked_commits(lock: Mapping | None) -> dict[str, str]:

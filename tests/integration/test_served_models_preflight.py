@@ -115,3 +115,10 @@ def test_one_variable_chooses_the_model_over_the_inventory_list(nvidia_smi_env, 
     text = said(unknown)
     assert "sparkfleet_model[0] (recipe qwen3-0.6): recipe 'qwen3-0.6' was not found" in text, text[-3000:]
     assert "qwen3-0.6b" in text.split("available:", 1)[1]
+
+    # Set in the inventory as a number (YAML's 2 is no recipe name): the check names the variable.
+    inventory["sparks"]["vars"]["sparkfleet_model"] = 2
+    (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
+    number = run(tmp_path, env)
+    assert number.returncode != 0
+    assert "sparkfleet_model must name one recipe, e.g. gpt-oss-120b (got 2)" in said(number), said(number)[-3000:]

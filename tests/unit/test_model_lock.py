@@ -166,6 +166,24 @@ def test_a_lock_entry_of_the_written_shape_passes():
     entry = {"commit": FIRST, "previous_commit": None, "locked_at": "2026-12-04T10:00:00Z"}
     assert lock_problems({"models": {f"{REPO}@main": entry}}) == []
     assert lock_problems(None) == []
+    # A hand edit that drops the quotes: YAML reads the time back as a datetime, which is still a time.
+    edited = yaml.safe_load(f"models:\n  {REPO}@main: {{commit: '{FIRST}', locked_at: 2026-12-04T10:00:00Z}}\n")
+    assert lock_problems(edited) == []
+
+
+def test_a_branch_with_an_at_sign_is_refused_before_it_breaks_the_lock_key():
+    flags = load_flag_list(RECIPES_DIR / "vllm-serve-flags.txt")
+    overrides = {"hf_repo": REPO, "hf_revision": None, "hf_branch": "v1@rc"}
+    _, found = checked_recipe("qwen3-0.6b", RECIPES_DIR, overrides, flags, "e")
+    assert any(problem.startswith("e.hf_branch='v1@rc': expected a branch or tag") for problem in found), found
+
+
+def test_entries_by_host_are_named_by_host_and_a_malformed_entry_is_left_to_the_model_check(run_module, tmp_path):
+    by_host = {"spark-a": [{"recipe": "qwen3-0.6b", "port": 1}], "spark-b": [{"recipe": 123, "port": 2}, FOLLOWS]}
+    args = {"by_host": by_host, "recipes_dir": str(RECIPES_DIR), "path": str(tmp_path / "lock.yml")}
+    done = run_module("hf_model_lock", {**args, "endpoint": NO_HUB})
+    assert done["failed"] is True
+    assert done["msg"].startswith("spark-b: vllm_server_models[1] (recipe qwen3-0.6b): sparkfleet-test/lock-model")
 
 
 def resolve(run_module, entry: dict, locked: dict) -> dict:

@@ -125,3 +125,55 @@ def test_a_profile_reaches_the_command_line_and_a_misspelt_one_is_named(run_modu
     )
     stray = run_module("vllm_models", {**args, "models": [{"recipe": HYBRID, "port": 8000, "profile_context": 4096}]})
     assert stray["failed"] and "only the users profile takes a context" in json.dumps(stray["msg"])
+
+
+def module_args(models: list[dict]) -> dict:
+    return {
+        "recipes_dir": str(RECIPES_DIR),
+        "listen_address": "127.0.0.1",
+        "data_dir": "/var/lib/sparkfleet",
+        "config_dir": "/etc/sparkfleet/vllm",
+        "host": "spark-1",
+        "memory_total_bytes": SPARK,
+        "models": models,
+    }
+
+
+def flag(model: dict, name: str) -> str:
+    serve = model["serve_args"]
+    return serve[serve.index(name) + 1]
+
+
+def test_users_beside_another_model_takes_what_the_other_leaves(run_module):
+    """The users profile takes the largest safe share of the host, less the other models' shares: the two plan
+    together, and users holds fewer sequences than it would alone."""
+    small = {"recipe": "qwen3-0.6b", "port": 8001, "gpu_memory_utilization": 0.1}
+    done = run_module("vllm_models", module_args([{"recipe": HYBRID, "port": 8000, "profile": "users"}, small]))
+    assert not done.get("failed"), done.get("msg")
+    alone, _ = chosen(HYBRID, "users")
+    shares = [float(flag(model, "--gpu-memory-utilization")) for model in done["models"]]
+    assert shares[1] == 0.1
+    assert round(shares[0] + shares[1], 2) <= alone["gpu_memory_utilization"] and shares[0] > 0
+    assert int(flag(done["models"][0], "--max-num-seqs")) < alone["max_num_seqs"]
+    assert any("the host's other models leave" in note for note in done["notes"])
+
+
+def test_an_entry_value_a_profile_chooses_and_a_context_beyond_the_model_are_refused(run_module):
+    both = run_module(
+        "vllm_models", module_args([{"recipe": HYBRID, "port": 8000, "profile": "users", "max_num_seqs": 8}])
+    )
+    assert (
+        both["failed"]
+        and (
+            "vllm_server_models[0] (recipe nemotron-3-super-120b-a12b-nvfp4).max_num_seqs: profile users chooses "
+            "max_num_seqs itself; remove max_num_seqs from the entry, or remove the profile to set it yourself"
+        )
+        in both["msg"]
+    )
+    context = load_recipe(HYBRID, RECIPES_DIR)["architecture"]["max_context"]
+    beyond = {"recipe": HYBRID, "port": 8000, "profile": "users", "profile_context": context * 2}
+    long = run_module("vllm_models", module_args([beyond]))
+    assert (
+        long["failed"]
+        and f"profile_context={context * 2}: more than the model's context of {context:,}" in (long["msg"])
+    )

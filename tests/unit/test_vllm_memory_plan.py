@@ -906,7 +906,12 @@ def test_a_kv_cache_in_gib_beyond_the_share_is_refused_with_both_fixes():
     assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 25, "gpu_memory_utilization": share})).fits
     assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": room, "gpu_memory_utilization": 0.80})).fits
     (unsafe_share,) = plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 40, "gpu_memory_utilization": 0.80})).reasons
-    assert unsafe_share.endswith(f"set kv_cache_memory_gib to {room:g} or lower")
+    assert f"set kv_cache_memory_gib to {room:g} or lower (not below " in unsafe_share
+    assert "gpu_memory_utilization to" not in unsafe_share
+    # "or lower" has a floor: one full-length sequence, which the reason names and which fits.
+    floor = float(re.search(r"not below ([0-9.]+), one ", unsafe_share).group(1))
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": floor, "gpu_memory_utilization": 0.80})).fits
+    assert not plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": floor - 0.1, "gpu_memory_utilization": 0.80})).fits
 
 
 def test_a_kv_cache_in_gib_too_small_for_one_sequence_names_the_gib_it_needs():
@@ -914,6 +919,19 @@ def test_a_kv_cache_in_gib_too_small_for_one_sequence_names_the_gib_it_needs():
     assert "the KV cache admits one sequence of at most" in reason
     needed = float(re.search(r"kv_cache_memory_gib to ([0-9.]+)", reason).group(1))
     assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": needed})).fits
+
+
+def test_a_kv_cache_in_gib_too_small_at_a_tight_share_names_the_share_its_fix_needs():
+    """Raising the KV cache to one sequence can overflow the share: the fix then says the share it needs too, and
+    following it fits."""
+    tight = {"kv_cache_memory_gib": 0.5, "gpu_memory_utilization": 0.635}
+    (reason,) = plan(inputs_of(NEMOTRON, tight)).reasons
+    found = re.search(r"kv_cache_memory_gib to ([0-9.]+) with gpu_memory_utilization ([0-9.]+)", reason)
+    assert found, reason
+    gib, share = float(found.group(1)), float(found.group(2))
+    assert share > 0.635
+    assert not plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": gib, "gpu_memory_utilization": 0.635})).fits
+    assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": gib, "gpu_memory_utilization": share})).fits
 
 
 def test_a_kv_cache_in_gib_is_rendered_in_bytes_and_checked():
