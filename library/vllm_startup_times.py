@@ -11,7 +11,8 @@ short_description: Warm up a started vLLM unit with a streamed request and time 
 description:
   - Meant right after the health gate saw C(/health) answer 200 (that moment is the C(healthy) phase).
   - Sends the warm-up, a short streamed chat request (the first request compiles kernels; this pays for it now,
-    not a user), and times its first token (the startup TTFT).
+    not a user), and times its first token (the startup TTFT). A pooling model (O(kind) embed or rerank) has no
+    chat API - its warm-up is its kind's probe request (module_utils/model_kinds.py), timed to its answer.
   - Times every phase from the moment systemd started O(unit) (it left the inactive state) - Docker started
     O(container), vLLM logged that the weights were loaded (and how long that took), vLLM logged that its server
     starts, C(/health) answered, the first streamed token came. The rules are in module_utils/startup_times.py.
@@ -40,6 +41,11 @@ options:
     description: The unit's Docker container.
     type: str
     required: true
+  kind:
+    description: What the model answers (module_utils/model_kinds.py).
+    type: str
+    choices: [chat, embed, rerank]
+    default: chat
   max_tokens:
     description: Tokens the warm-up may generate.
     type: int
@@ -81,25 +87,28 @@ import time
 import urllib.error
 import urllib.request
 
+from ansible.module_utils import model_kinds
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.startup_times import docker_time, journal_entries, log_phases, startup_times
 
 
-def streamed_warm_up(params: dict) -> tuple[float, float]:
-    """Send the streamed warm-up; (when its first token came, its time to first token)."""
-    body = {
-        "model": params["served"],
-        "messages": [{"role": "user", "content": "Hi"}],
-        "max_tokens": params["max_tokens"],
-        "stream": True,
-    }
+def warm_up(params: dict) -> tuple[float, float]:
+    """Send the warm-up; (when its first token came, its time to first token). A pooling model's first answer is
+    its whole answer."""
+    path, body = model_kinds.warm_up(params["kind"], params["served"])
+    if params["kind"] == model_kinds.CHAT:
+        body["max_tokens"] = params["max_tokens"]
     headers = {"Content-Type": "application/json"}
     if params["api_key"]:
         headers["Authorization"] = f"Bearer {params['api_key']}"
-    url = params["url"].rstrip("/") + "/v1/chat/completions"
+    url = params["url"].rstrip("/") + path
     request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
     sent = time.time()
     with urllib.request.urlopen(request, timeout=params["timeout_s"]) as response:
+        if params["kind"] != model_kinds.CHAT:
+            json.loads(response.read())
+            now = time.time()
+            return now, now - sent
         for raw in response:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data: {"):
@@ -130,6 +139,7 @@ def main() -> None:
             "api_key": {"type": "str", "default": "", "no_log": True},
             "unit": {"type": "str", "required": True},
             "container": {"type": "str", "required": True},
+            "kind": {"type": "str", "choices": ["chat", "embed", "rerank"], "default": "chat"},
             "max_tokens": {"type": "int", "default": 3},
             "timeout_s": {"type": "float", "default": 600},
         },
@@ -138,10 +148,10 @@ def main() -> None:
     params = module.params
     healthy = time.time()
     try:
-        first_token, ttft = streamed_warm_up(params)
+        first_token, ttft = warm_up(params)
     except (OSError, ValueError) as error:
         detail = error.read().decode("utf-8", "replace")[:300] if isinstance(error, urllib.error.HTTPError) else ""
-        module.fail_json(msg=f"The streamed warm-up request to {params['served']} failed: {error} {detail}".strip())
+        module.fail_json(msg=f"The warm-up request to {params['served']} failed: {error} {detail}".strip())
     started = unit_start(module, params["unit"])
     _, inspected, _ = module.run_command(["docker", "inspect", "--format", "{{.State.StartedAt}}", params["container"]])
     # The unit's log since this start: `docker run` in the foreground passes vLLM's output to the journal.

@@ -71,8 +71,9 @@ reconfigured:
   elements: str
 endpoints:
   description:
-    - The units that answer the API - served, port, unit, recipe, url, hf_repo, hf_revision, image_shown,
-      snapshot (the model's files on the host), memory (the plan's summary), max_model_len and prefix_caching.
+    - The units that answer the API - served, kind (chat, embed or rerank), port, unit, recipe, url, hf_repo,
+      hf_revision, image_shown, snapshot (the model's files on the host), memory (the plan's summary),
+      max_model_len and prefix_caching.
   returned: always
   type: list
   elements: dict

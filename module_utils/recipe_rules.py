@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ansible.module_utils import input_rules, model_lock, speculative
+from ansible.module_utils import input_rules, model_kinds, model_lock, speculative
 from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
     FAMILIES,
@@ -220,6 +220,7 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
             f"an image reference; this one {_why('image', get('image'))}",
         )
     need("serve_flags", isinstance(get("serve_flags"), dict), "a mapping of flag name to value ({} for none)")
+    problems += model_kinds.kind_problems(recipe, label)
     need("env", isinstance(get("env"), dict), "a mapping of variable name to text ({} for none)")
     need("sources", isinstance(get("sources"), dict), "a mapping with 'flags' and 'architecture'")
     if isinstance(get("sources"), dict):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import speculative
+from ansible.module_utils import model_kinds, speculative
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
@@ -110,6 +110,9 @@ def resolve_model(
     config_dir = config_dir.rstrip("/")
     return {
         "served": recipe["served_model_name"],
+        # What it answers (module_utils/model_kinds.py): chat, embed or rerank.
+        "kind": model_kinds.kind_of(recipe),
+        "example": model_kinds.example(model_kinds.kind_of(recipe), recipe["served_model_name"]),
         "recipe": recipe["name"],
         "settings": recipe,
         "hf_repo": recipe["hf_repo"],

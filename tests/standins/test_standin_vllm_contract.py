@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import ROOT
-from helpers.vllm_standin import FAST, Server, request, sse_events, start_server, stop_server
+from helpers.vllm_standin import API_KEY, FAST, Server, request, sse_events, start_server, stop_server
 
 CONTRACT = ROOT / "tests" / "contracts" / "vllm"
 SCHEMAS = json.loads((CONTRACT / "openai-schemas.json").read_text())["schemas"]
@@ -124,6 +124,54 @@ def test_every_stream_chunk_is_in_vllms_chunk_schema(thinker, path, body, contra
 def test_the_model_list_is_in_vllms_schema(thinker) -> None:
     _, raw, _ = request(thinker, "GET", "/v1/models")
     assert check(json.loads(raw), "models") == []
+
+
+# --- pooling models (--runner pooling) ---------------------------------------------------------------------
+
+RERANKER_OVERRIDES = (
+    '{"architectures": ["Qwen3ForSequenceClassification"], "classifier_from_token": ["no", "yes"], '
+    '"is_original_qwen3_reranker": true}'
+)
+
+
+@pytest.fixture(scope="module")
+def pooling(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
+    """An embedding server (--convert embed, Qwen3-Embedding's recipe) and a reranker (--hf-overrides, as
+    Qwen3-Reranker's recipe has it), both behind the key."""
+    env = {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0.1"}
+    common = ["--runner", "pooling", "--api-key", API_KEY]
+    servers = {
+        "embed": start_server(
+            tmp_path_factory.mktemp("embed"),
+            ["m", "--served-model-name", "embedder", *common, "--convert", "embed"],
+            env,
+        ),
+        "rerank": start_server(
+            tmp_path_factory.mktemp("rerank"),
+            ["m", "--served-model-name", "reranker", *common, "--hf-overrides", RERANKER_OVERRIDES],
+            env,
+        ),
+    }
+    yield servers
+    for server in servers.values():
+        stop_server(server)
+
+
+def test_a_pooling_server_answers_in_vllms_schemas_and_has_no_generation_api(pooling) -> None:
+    status, raw, _ = request(pooling["embed"], "POST", "/v1/embeddings", {"model": "embedder", "input": ["a b", "c"]})
+    assert status == 200 and check(json.loads(raw), "embedding") == []
+    assert [row["index"] for row in json.loads(raw)["data"]] == [0, 1]
+    body = {"model": "reranker", "query": "capital of France", "documents": ["Paris is in France", "a cat"]}
+    status, raw, _ = request(pooling["rerank"], "POST", "/v1/rerank", body)
+    assert status == 200 and check(json.loads(raw), "rerank") == []
+    assert [row["index"] for row in json.loads(raw)["results"]] == [0, 1]
+    # vLLM registers routes by the model's tasks: no chat on a pooling model, no embeddings on a reranker.
+    for server, path in ((pooling["embed"], "/v1/chat/completions"), (pooling["rerank"], "/v1/embeddings")):
+        status, raw, _ = request(server, "POST", path, {"model": "x", "messages": []})
+        assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
+    # vLLM's key guards /v1 paths only: /rerank answers without it, /v1/rerank does not.
+    assert request(pooling["rerank"], "POST", "/v1/rerank", body, key=None)[0] == 401
+    assert request(pooling["rerank"], "POST", "/rerank", body, key=None)[0] == 200
 
 
 # --- metrics -----------------------------------------------------------------------------------------------

@@ -251,8 +251,10 @@ def test_only_units_that_answer_the_api_are_endpoints(_models):
     assert endpoint["unit"] == head["unit"] and endpoint["url"] == "http://127.0.0.1:8000"
     assert endpoint["image_shown"] == head["image_shown"]
     assert endpoint["memory"] == head["plan"]["summary"]
+    assert endpoint["kind"] == "chat"
     assert set(endpoint) == {
         "served",
+        "kind",
         "port",
         "unit",
         "recipe",

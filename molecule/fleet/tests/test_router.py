@@ -56,7 +56,7 @@ def chat(key: str | None) -> int:
 
 def test_the_router_holds_the_heads_and_single_sparks_endpoints_not_the_workers():
     # test_pair.py restarts the pair just before: the router readmits its head after two good health checks.
-    expected = {"http://fleet-1:8000": True, "http://fleet-3:8000": True}
+    expected = {"http://fleet-1:8000": True, "http://fleet-3:8000": True, "http://fleet-3:8001": True}
     # Generous: a busy machine slows the restart, never the outcome.
     deadline = time.monotonic() + 300
     while (held := workers()) != expected and time.monotonic() < deadline:
@@ -85,3 +85,16 @@ def test_the_fleet_endpoint_refuses_the_routers_admin_api():
     assert router().socket("tcp://127.0.0.1:18080").is_listening
     assert not router().socket("tcp://0.0.0.0:18080").is_listening
     assert not router().socket("tcp://10.77.0.20:18080").is_listening
+
+
+def test_an_embedding_model_is_reached_through_the_fleet_endpoint_by_its_name():
+    """fleet-3's second model (kind embed) passed its own gate (a probe of /v1/embeddings) and the router sends
+    /v1/embeddings for it there, with the fleet's key, in vLLM's EmbeddingResponse shape."""
+    body = {"model": "qwen3-embedding-0.6b", "input": ["The cat sits on the mat.", "Revenue rose."]}
+    headers = {"content-type": "application/json", "authorization": f"Bearer {API_KEY}"}
+    request = urllib.request.Request(ROUTER_URL + "/v1/embeddings", json.dumps(body).encode(), headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer = json.loads(response.read())
+    assert answer["model"] == "qwen3-embedding-0.6b"
+    assert [row["index"] for row in answer["data"]] == [0, 1] and answer["usage"]["prompt_tokens"] > 0
+    assert status_of("POST", "/v1/chat/completions", {"model": "qwen3-embedding-0.6b", "messages": []}) == 404

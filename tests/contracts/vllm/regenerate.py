@@ -48,6 +48,8 @@ SCHEMAS = {
     "models": "vllm.entrypoints.serve.engine.protocol:ModelList",
     "error": "vllm.entrypoints.serve.engine.protocol:ErrorResponse",
     "tokenize": "vllm.entrypoints.serve.tokenize.protocol:TokenizeResponse",
+    "embedding": "vllm.entrypoints.pooling.embed.protocol:EmbeddingResponse",
+    "rerank": "vllm.entrypoints.pooling.scoring.protocol:RerankResponse",
 }
 METRIC_KINDS = {"gauge": "gauge", "counter": "counter", "histogram": "histogram"}
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .flags import ParsedArgs, UsageError
 from .multinode import Topology, topology_from
+from .pooling import pooling_task
 
 # What `vllm serve` serves when neither model_tag nor --model is given (ModelConfig.model in recent vLLM).
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -116,6 +117,8 @@ class ServeConfig:
     ignore_stream_options: bool = False
     faults: Faults = Faults()
     speculation: Speculation = Speculation()
+    # --runner pooling: "embed" or "classify" (pooling.py), None for a generating server.
+    pooling: str | None = None
 
     @property
     def metrics_model_name(self) -> str:
@@ -261,6 +264,7 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
             wrong_when_speculating=os.environ.get("VLLM_STANDIN_FAULT_SPEC_WRONG", "") not in ("", "0"),
         ),
         speculation=speculation_from(values.get("speculative_config")),
+        pooling=pooling_task(values),
     )
 
 

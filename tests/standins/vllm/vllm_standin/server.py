@@ -5,8 +5,10 @@ Responses use HTTP/1.1: plain bodies carry Content-Length, streams use chunked t
 does, so keep-alive clients (the OpenAI SDK, `vllm bench serve`'s aiohttp) behave as they do against vLLM.
 
 Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions,
-/tokenize, /detokenize. With --api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as
-in vLLM's authentication middleware; /health, /metrics, /tokenize and /detokenize (not under /v1) stay open.
+/tokenize, /detokenize; a pooling server (--runner pooling, pooling.py) serves /v1/embeddings or /rerank,
+/v1/rerank and /v2/rerank instead of the two generation routes. With --api-key (or $VLLM_API_KEY) every /v1/*
+request needs ``Authorization: Bearer KEY``, as in vLLM's authentication middleware; /health, /metrics, /tokenize,
+/detokenize and /rerank (not under /v1) stay open.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import protocol
+from . import pooling, protocol
 from .config import ServeConfig
 from .engine import Engine, GenerationRequest, TokenEvent
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -148,10 +150,9 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/version"): self._version,
             ("GET", "/metrics"): self._metrics,
             ("GET", "/v1/models"): self._models,
-            ("POST", "/v1/completions"): self._completions,
-            ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/tokenize"): self._tokenize,
             ("POST", "/detokenize"): self._detokenize,
+            **self._task_routes(),
         }
         self._body = self._read_body()
         path = self.path.split("?", 1)[0]
@@ -172,7 +173,22 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
+    def _task_routes(self) -> dict:
+        """The generation routes, or a pooling server's own (vLLM registers routes by the model's tasks)."""
+        task = self.server.config.pooling
+        if task == pooling.EMBED:
+            return {("POST", "/v1/embeddings"): self._embeddings}
+        if task == pooling.CLASSIFY:
+            return {("POST", path): self._rerank for path in ("/rerank", "/v1/rerank", "/v2/rerank")}
+        return {("POST", "/v1/completions"): self._completions, ("POST", "/v1/chat/completions"): self._chat}
+
     # --- endpoints ----------------------------------------------------------------------------------------
+
+    def _embeddings(self) -> None:
+        self._send_json(HTTPStatus.OK, pooling.embeddings_response(self._read_json(), self.server.config))
+
+    def _rerank(self) -> None:
+        self._send_json(HTTPStatus.OK, pooling.rerank_response(self._read_json(), self.server.config))
 
     def _health(self) -> None:
         self._send(HTTPStatus.OK, b"", None)
