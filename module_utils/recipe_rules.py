@@ -39,7 +39,7 @@ PLANNED_FLAGS = {
 ROLE_FLAGS = {
     "model": "hf_repo",
     "revision": "hf_revision",
-    "served-model-name": "served_model_name",
+    "served-model-name": "served_model_name (and served_aliases)",
     "tensor-parallel-size": "tensor_parallel_size",
     "host": "vllm_server_listen_address",
     "port": "the port of the vllm_server_models entry",
@@ -213,6 +213,7 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
         input_rules.served_name(served) is None,
         f"a served name; this one {_why('served_name', served)}",
     )
+    problems += _alias_problems(recipe, label)
     if "image" in recipe and get("image") not in ("", None):
         need(
             "image",
@@ -234,6 +235,25 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
     if "published_arena" in recipe:
         problems += _published_problems(get("published_arena"), f"{label}.published_arena", _arena_row_problems)
     return problems + plan_problems(recipe, label)
+
+
+def _alias_problems(recipe: dict, label: str) -> list[str]:
+    """served_aliases (optional): more names the model answers to, each a served name, none repeated."""
+    aliases = recipe.get("served_aliases")
+    if aliases is None:
+        return []
+    if not isinstance(aliases, list) or not aliases:
+        return [f"{label}.served_aliases: expected a list of names, e.g. [gpt-4o-mini], or no served_aliases"]
+    problems = []
+    for index, alias in enumerate(aliases):
+        why = input_rules.served_name(alias)
+        if why is not None:
+            problems.append(f"{label}.served_aliases[{index}]={alias!r}: a served name; this one {why}")
+    names = [recipe.get("served_model_name"), *aliases]
+    repeated = sorted({str(name) for name in names if names.count(name) > 1})
+    if repeated:
+        problems.append(f"{label}.served_aliases: {', '.join(repeated)} named twice; each name once")
+    return problems
 
 
 def _published_problems(published: object, label: str, row_problems) -> list[str]:
@@ -660,7 +680,8 @@ def _text(value: object) -> str:
 def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
     """The arguments after `vllm serve` for a checked recipe (the role adds --host and --port)."""
     args = [recipe["hf_repo"], "--revision", recipe["hf_revision"]]
-    args += ["--served-model-name", recipe["served_model_name"]]
+    # vLLM answers to every name and names the first in its answers and metrics.
+    args += ["--served-model-name", recipe["served_model_name"], *(recipe.get("served_aliases") or [])]
     for key, flag in PLANNED_FLAGS.items():
         args += [f"--{flag}", _text(recipe[key])]
     if recipe.get("kv_cache_memory_gib") is not None:

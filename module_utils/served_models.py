@@ -110,6 +110,8 @@ def resolve_model(
     config_dir = config_dir.rstrip("/")
     return {
         "served": recipe["served_model_name"],
+        # More names vLLM answers to on this Spark (the router routes the served name).
+        "aliases": list(recipe.get("served_aliases") or []),
         # What it answers (module_utils/model_kinds.py): chat, embed or rerank.
         "kind": model_kinds.kind_of(recipe),
         "example": model_kinds.example(model_kinds.kind_of(recipe), recipe["served_model_name"]),

@@ -126,6 +126,20 @@ def test_the_model_list_is_in_vllms_schema(thinker) -> None:
     assert check(json.loads(raw), "models") == []
 
 
+def test_a_request_for_an_alias_is_answered_under_the_first_served_name(tmp_path) -> None:
+    """vLLM 0.33 takes any of its --served-model-name names and answers with the first (model_name():
+    base_model_paths[0].name); /v1/models lists them all."""
+    env = {**FAST, "VLLM_STANDIN_LOAD_SECONDS": "0.1", "VLLM_STANDIN_OUTPUT_TOKENS": "2"}
+    server = start_server(tmp_path, ["m", "--served-model-name", "first", "alias", "--api-key", API_KEY], env)
+    try:
+        status, raw, _ = request(server, "POST", "/v1/chat/completions", {**chat_body(2), "model": "alias"})
+        assert (status, json.loads(raw)["model"]) == (200, "first")
+        _, raw, _ = request(server, "GET", "/v1/models")
+        assert [card["id"] for card in json.loads(raw)["data"]] == ["first", "alias"]
+    finally:
+        stop_server(server)
+
+
 # --- pooling models (--runner pooling) ---------------------------------------------------------------------
 
 RERANKER_OVERRIDES = (

@@ -538,3 +538,26 @@ def test_gpt_oss_120b_carries_the_published_arena_figure():
     published = recipe("gpt-oss-120b")["published_arena"]
     assert published["rows"] == [{"depth": 0, "concurrency": 1, "decode_tok_s": 58.82}]
     assert "sectorhq.co" in published["source"]
+
+
+def test_served_aliases_are_more_names_on_the_command_line_each_checked():
+    from recipe_rules import schema_problems, serve_args
+    from vllm_flags import load_flag_list
+
+    recipe = {**load_recipe("qwen3-0.6b", RECIPES_DIR), "served_aliases": ["gpt-4o-mini", "small"]}
+    assert schema_problems(recipe, "r") == []
+    args = serve_args(recipe, load_flag_list(RECIPES_DIR / "vllm-serve-flags.txt"))
+    assert args[args.index("--served-model-name") : args.index("--served-model-name") + 4] == [
+        "--served-model-name",
+        "qwen3-0.6b",
+        "gpt-4o-mini",
+        "small",
+    ]
+    assert schema_problems({**recipe, "served_aliases": ["qwen3-0.6b"]}, "r") == [
+        "r.served_aliases: qwen3-0.6b named twice; each name once"
+    ]
+    (bad,) = schema_problems({**recipe, "served_aliases": ["a b"]}, "r")
+    assert bad.startswith("r.served_aliases[0]='a b': a served name; this one ")
+    assert schema_problems({**recipe, "served_aliases": "x"}, "r") == [
+        "r.served_aliases: expected a list of names, e.g. [gpt-4o-mini], or no served_aliases"
+    ]

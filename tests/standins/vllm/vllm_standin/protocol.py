@@ -64,13 +64,12 @@ class ParsedRequest:
 
 
 def _resolve_model(body: dict[str, object], config: ServeConfig) -> str:
-    """The served name a request addresses; unknown names get vLLM's 404 NotFoundError."""
+    """The name an answer carries: vLLM 0.33 answers a request for any of its served names (OpenAIServingModels.
+    check_model) with the first one (model_name(): base_model_paths[0].name). Unknown names get its 404."""
     requested = body.get("model")
-    if requested is None:
-        return config.served_model_names[0]
-    if requested not in config.served_model_names:
+    if requested is not None and requested not in config.served_model_names:
         raise ApiError(HTTPStatus.NOT_FOUND, f"The model `{requested}` does not exist.", "NotFoundError", "model")
-    return str(requested)
+    return config.served_model_names[0]
 
 
 def _max_tokens(value: object, prompt_tokens: int, config: ServeConfig) -> int:
