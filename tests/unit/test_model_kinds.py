@@ -90,11 +90,12 @@ def test_each_pooling_recipe_passes_its_gate_on_the_standin(run_module, served, 
 
 def test_a_probe_of_the_wrong_kind_or_without_the_key_names_what_came_back(run_module, served):
     embedder = served[EMBEDDER]
+    reranker = served[RERANKER]
     wrong = run_module(
-        "vllm_model_probe", {"url": embedder.base, "served": EMBEDDER, "kind": "rerank", "api_key": API_KEY}
+        "vllm_model_probe", {"url": reranker.base, "served": RERANKER, "kind": "embed", "api_key": API_KEY}
     )
     assert wrong["failed"] and wrong["msg"].startswith(
-        f"The rerank probe to {embedder.base}/v1/rerank failed: HTTP Error 404"
+        f"The embed probe to {reranker.base}/v1/embeddings failed: HTTP Error 404"
     )
     keyless = run_module("vllm_model_probe", {"url": embedder.base, "served": EMBEDDER, "kind": "embed"})
     assert keyless["failed"] and "HTTP Error 401" in keyless["msg"]

@@ -85,8 +85,17 @@ def embeddings_response(body: dict, config) -> dict:
             "total_tokens": tokens,
             "completion_tokens": 0,
             "prompt_tokens_details": None,
+            "completion_tokens_details": None,
         },
     }
+
+
+def _score(query_text: str, query_words: set[str], document: str, config) -> float:
+    """A classifier's score: the share of the query's words the document holds; an embedding model's (vLLM scores
+    with it too): the cosine of the two embeddings."""
+    if config.pooling == EMBED:
+        return sum(a * b for a, b in zip(embedding(query_text), embedding(document), strict=True))
+    return len(query_words & set(_words(document))) / max(1, len(query_words))
 
 
 def rerank_response(body: dict, config) -> dict:
@@ -102,7 +111,7 @@ def rerank_response(body: dict, config) -> dict:
         {
             "index": index,
             "document": {"text": text, "multi_modal": None},
-            "relevance_score": len(query & set(_words(text))) / max(1, len(query)),
+            "relevance_score": _score(body["query"], query, text, config),
         }
         for index, text in enumerate(documents)
     ]
@@ -112,7 +121,7 @@ def rerank_response(body: dict, config) -> dict:
         results = results[:top_n]
     tokens = sum(len(body["query"].split()) + len(text.split()) for text in documents)
     return {
-        "id": random_id("rerank"),
+        "id": random_id("score"),
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         "results": results,

@@ -176,10 +176,12 @@ class Handler(BaseHTTPRequestHandler):
     def _task_routes(self) -> dict:
         """The generation routes, or a pooling server's own (vLLM registers routes by the model's tasks)."""
         task = self.server.config.pooling
+        # vLLM scores with an embedding model too (the cosine of the two embeddings), and with a classifier.
+        rerank = {("POST", path): self._rerank for path in ("/rerank", "/v1/rerank", "/v2/rerank")}
         if task == pooling.EMBED:
-            return {("POST", "/v1/embeddings"): self._embeddings}
+            return {("POST", "/v1/embeddings"): self._embeddings, **rerank}
         if task == pooling.CLASSIFY:
-            return {("POST", path): self._rerank for path in ("/rerank", "/v1/rerank", "/v2/rerank")}
+            return rerank
         return {("POST", "/v1/completions"): self._completions, ("POST", "/v1/chat/completions"): self._chat}
 
     # --- endpoints ----------------------------------------------------------------------------------------

