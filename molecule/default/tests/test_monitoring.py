@@ -70,6 +70,26 @@ def test_the_spark_memory_and_the_vllm_metrics_are_queryable(host):
     assert tokens and float(tokens[0]["value"][1]) > 0, tokens
 
 
+def test_the_gpus_health_reaches_prometheus_through_node_exporter(host):
+    """The GPU metrics collector (fleet_monitoring_gpu_metrics) reads the stand-in nvidia-smi's GB10 recording and
+    node_exporter publishes its file: temperature and power as recorded, the memory each process holds."""
+    service = host.service("sparkfleet-gpu-metrics")
+    assert service.is_running and service.is_enabled
+    assert host.file("/var/lib/prometheus/node-exporter/sparkfleet-gpu.prom").mode == 0o644
+
+    def value(query: str) -> list:
+        return wait_for(host, lambda: api(host, f"/api/v1/query?query={query}")["result"])
+
+    temperature = value("sparkfleet_gpu_temperature_celsius")
+    assert temperature and temperature[0]["metric"]["name"] == "NVIDIA GB10"
+    assert float(temperature[0]["value"][1]) == 35
+    assert float(value("sparkfleet_gpu_power_draw_watts")[0]["value"][1]) == 11.17
+    assert value("sparkfleet_gpu_process_memory_bytes")
+    # Fresh: the collector rewrites the file every interval.
+    stamp = float(value("sparkfleet_gpu_metrics_timestamp_seconds")[0]["value"][1])
+    assert time.time() - stamp < 600
+
+
 def test_the_alert_rules_are_loaded_healthy_and_silent(host):
     groups = api(host, "/api/v1/rules")["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
