@@ -91,6 +91,26 @@ def misfits_inventory(folder: Path) -> Path:
     return path
 
 
+REACH_AND_PREFLIGHT = "tests/integration/playbooks/reach-and-preflight.yml"
+
+
+def two_drivers_inventory(folder: Path, paired: bool) -> Path:
+    """Two fitting Sparks on two drivers (580.95.05 and 580.126.09, both recorded on GB10s): serving alone, or as
+    the pair pair_x."""
+    profiles = {"spark-a": "gb10", "spark-b": "gb10-580.126"}
+    hosts = {
+        host: {**host_with_its_own_environment(folder, host, {"NVIDIA_SMI_STANDIN_PROFILE": profile}), **FITS}
+        for host, profile in profiles.items()
+    }
+    children: dict = {"sparks": {"hosts": hosts}}
+    if paired:
+        children["sparks"]["children"] = {"pair_x": {"hosts": {host: {} for host in hosts}}}
+        children["sparks"]["vars"] = {"spark_fabric_pair_group": "pair_x"}
+    path = folder / f"two-drivers-{'pair' if paired else 'alone'}.yml"
+    path.write_text(json.dumps({"all": {"children": children}}), encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="module")
 def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
     """Every run of this module, handed over at once, the longest first."""
@@ -102,6 +122,11 @@ def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
     playbook_runs.start("check-mode", playbook_argv("playbooks/preflight.yml", "--check", **FITS), gb10)
     playbook_runs.start("site.yml-on-no-spark", playbook_argv("site.yml"), nvidia_smi_env(None))
     playbook_runs.start("good-image-refs", playbook_argv(VALIDATE_IMAGE_REFS, refs=GOOD_REFS), gb10)
+    folder = tmp_path_factory.mktemp("two-drivers")
+    for paired in (False, True):
+        inventory = two_drivers_inventory(folder, paired)
+        argv = playbook_argv(REACH_AND_PREFLIGHT, "-i", str(inventory))
+        playbook_runs.start(f"two-drivers-{'pair' if paired else 'alone'}", argv, gb10)
     return playbook_runs
 
 
@@ -168,3 +193,18 @@ def test_good_image_references_pass_validation(runs):
     # Each reference went through the role's checks (a bad one in the list would fail the run: the table test).
     assert said(done).count("Validate | Check every value that reaches a command line") == len(GOOD_REFS)
     assert all(f"included: vllm_image for localhost => (item={ref})" in said(done) for ref in GOOD_REFS)
+
+
+def test_sparks_alone_on_two_drivers_pass_with_a_warning_naming_each_group(runs):
+    done = runs.result("two-drivers-alone")
+    assert done.returncode == 0, said(done)[-3000:]
+    assert "WARNING: the fleet is not one stack (the run goes on):" in said(done)
+    assert "the fleet runs 2 NVIDIA drivers: 580.126.09 on spark-b; 580.95.05 on spark-a" in said(done)
+
+
+def test_a_pair_on_two_drivers_stops_naming_both(runs):
+    done = runs.result("two-drivers-pair")
+    assert done.returncode != 0
+    assert "pair pair_x: its Sparks run different NVIDIA drivers (580.126.09 on spark-b; 580.95.05 on spark-a)" in said(
+        done
+    ), said(done)[-3000:]
