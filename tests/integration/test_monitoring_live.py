@@ -14,6 +14,7 @@ import re
 import shutil
 import ssl
 import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
+from helpers import STANDIN_NVIDIA_SMI, wait_until
 from helpers.vllm_standin import FAST, VLLM
 from test_monitoring_rules import (
     EXPORTER_LOGIN,
@@ -105,8 +106,22 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
     files = rendered_once(tmp_path_factory)
     tmp = tmp_path_factory.mktemp("monitoring-live")
     env = os.environ | {"VLLM_STANDIN_LOAD_SECONDS": "0.2"} | FAST
+    # The GPU panels' series: one reading of the GPU metrics collector from the stand-in nvidia-smi's H200
+    # recording (every GPU series), in the folder node_exporter's textfile collector reads.
+    textfile = tmp / "textfile"
+    textfile.mkdir()
+    collector = [
+        sys.executable,
+        str(ROLE / "files" / "gpu_metrics.py"),
+        "--once",
+        "--nvidia-smi",
+        str(STANDIN_NVIDIA_SMI),
+    ]
+    collector += ["--textfile", str(textfile / "sparkfleet-gpu.prom")]
+    subprocess.run(collector, env=os.environ | {"NVIDIA_SMI_STANDIN_PROFILE": "h200"}, check=True, timeout=60)
+    exporter = [NODE_EXPORTER, *args_of(files["exporter_args"]), f"--collector.textfile.directory={textfile}"]
     processes = [
-        start([NODE_EXPORTER, *args_of(files["exporter_args"])], tmp / "node_exporter.log"),
+        start(exporter, tmp / "node_exporter.log"),
         start(
             # With speculation, so that the speculative-decoding panels have counters (known acceptance 0.7).
             [str(VLLM), "serve", "org/Qwen3-0.6B", "--served-model-name", MODEL, *STANDIN_ADDRESS, *SPECULATIVE],
@@ -188,7 +203,7 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
         return all(rule.get("lastEvaluation", "").startswith("2") for rule in rules())
 
     wait_until(evaluated, "every rule evaluated", prometheus)
-    assert len(rules()) == 12
+    assert len(rules()) == 16
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'
     # job names and labels are those of the configuration. A rule can evaluate before a target's first failed

@@ -1,0 +1,115 @@
+"""A Spark at a glance (status.yml, library/spark_status): its models and their state, the unified memory free and
+what the plan reserves, the GPU's temperature, clock and throttling, each model's last start. Everything is read
+from what the roles leave on the Spark; nothing is changed or asked of a model.
+
+- The models: each vLLM unit's last good configuration (<config_dir>/<name>.last-good.json, written by the health
+  gate: served name, port, unit, its gpu_memory_utilization) and its last good start (<name>.last-good.startup.json).
+- The memory: /proc/meminfo's MemTotal and MemAvailable; reserved is the sum of the models' shares of MemTotal.
+- The GPU: the GPU metrics collector's textfile (fleet_monitoring_gpu_metrics), read as Prometheus text.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+
+GIB = 1024**3
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def meminfo(text: str) -> dict[str, int]:
+    """MemTotal and MemAvailable in bytes (/proc/meminfo gives kB)."""
+    found = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable") and rest.split():
+            found[key] = int(rest.split()[0]) * 1024
+    return found
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each sample of a Prometheus text file."""
+    found = []
+    for line in text.splitlines():
+        match = SAMPLE.match(line.strip())
+        if match and not line.startswith("#"):
+            try:
+                value = float(match["value"])
+            except ValueError:
+                continue
+            found.append((match["name"], dict(LABEL.findall(match["labels"] or "")), value))
+    return found
+
+
+def gpu(text: str | None, now: float | None = None) -> dict:
+    """What the GPU metrics file says: temperature (C), SM clock (MHz), the clock-event reasons that hold, the
+    reading's age (s); {} without the file."""
+    if text is None:
+        return {}
+    found: dict = {"throttled_by": []}
+    for name, labels, value in samples(text):
+        if name == "sparkfleet_gpu_temperature_celsius":
+            found["temperature_c"] = value
+        elif name == "sparkfleet_gpu_sm_clock_hertz":
+            found["sm_clock_mhz"] = round(value / 1e6)
+        elif name == "sparkfleet_gpu_power_draw_watts":
+            found["power_w"] = value
+        elif name == "sparkfleet_gpu_clock_event_reason" and value == 1 and labels.get("reason") != "gpu_idle":
+            found["throttled_by"].append(labels.get("reason", "?"))
+        elif name == "sparkfleet_gpu_metrics_timestamp_seconds":
+            found["age_s"] = round((now if now is not None else time.time()) - value)
+    return found
+
+
+def model(last_good: Mapping, startup: Mapping | None, state: str) -> dict:
+    """One model: served name, port, unit, its state and share, its last good start."""
+    last = (startup or {}).get("last") or {}
+    return {
+        "served": last_good.get("served", "?"),
+        "port": last_good.get("port"),
+        "unit": last_good.get("unit", "?"),
+        "state": state,
+        "gpu_memory_utilization": last_good.get("gpu_memory_utilization") or 0,
+        "started_at": last.get("started_at"),
+        "healthy_after_s": (last.get("phases_s") or {}).get("healthy"),
+    }
+
+
+def line(host: str, models: list[dict], memory: Mapping[str, int], gpu_found: Mapping) -> list[str]:
+    """The status of one Spark as a few lines a person reads."""
+    total, available = memory.get("MemTotal", 0), memory.get("MemAvailable", 0)
+    reserved = sum(entry["gpu_memory_utilization"] for entry in models) * total
+    lines = [
+        f"{host}: memory {available / GIB:.1f} of {total / GIB:.1f} GiB available, {reserved / GIB:.1f} GiB "
+        f"reserved by the plan ({len(models)} model{'s' if len(models) != 1 else ''})"
+    ]
+    if gpu_found:
+        parts = []
+        if "temperature_c" in gpu_found:
+            parts.append(f"{gpu_found['temperature_c']:g} C")
+        if "sm_clock_mhz" in gpu_found:
+            parts.append(f"SM clock {gpu_found['sm_clock_mhz']} MHz")
+        if "power_w" in gpu_found:
+            parts.append(f"{gpu_found['power_w']:g} W")
+        parts.append(
+            "throttled by " + ", ".join(gpu_found["throttled_by"]) if gpu_found["throttled_by"] else "not throttled"
+        )
+        if "age_s" in gpu_found:
+            parts.append(f"read {gpu_found['age_s']} s ago")
+        lines.append("  GPU: " + ", ".join(parts))
+    else:
+        lines.append("  GPU: no metrics file (fleet_monitoring_gpu_metrics off, or no monitoring group)")
+    for entry in models:
+        start = (
+            f", last good start {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(entry['started_at']))} "
+            f"(healthy after {entry['healthy_after_s']:g} s)"
+            if entry["started_at"] and entry["healthy_after_s"] is not None
+            else ""
+        )
+        lines.append(
+            f"  {entry['served']} on port {entry['port']}: {entry['state']} ({entry['unit']}), "
+            f"{entry['gpu_memory_utilization']:.2f} of the pool{start}"
+        )
+    return lines

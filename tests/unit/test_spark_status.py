@@ -1,0 +1,53 @@
+"""The status view (module_utils/spark_status.py, library/spark_status): memory from /proc/meminfo, the GPU from the
+collector's textfile (the clock-event reasons that hold, the reading's age), each model from its last good files;
+the lines name what they read, and a Spark without the GPU metrics says why there are none."""
+
+from __future__ import annotations
+
+import json
+
+from spark_status import gpu, line, meminfo, model
+
+MEMINFO = "MemTotal:       127601400 kB\nMemFree:        1000 kB\nMemAvailable:   41943040 kB\n"
+PROM = """# HELP sparkfleet_gpu_temperature_celsius x
+sparkfleet_gpu_temperature_celsius{gpu="0",name="NVIDIA GB10"} 71
+sparkfleet_gpu_sm_clock_hertz{gpu="0",name="NVIDIA GB10"} 650000000
+sparkfleet_gpu_power_draw_watts{gpu="0",name="NVIDIA GB10"} 17.5
+sparkfleet_gpu_clock_event_reason{gpu="0",name="NVIDIA GB10",reason="gpu_idle"} 1
+sparkfleet_gpu_clock_event_reason{gpu="0",name="NVIDIA GB10",reason="hw_slowdown"} 1
+sparkfleet_gpu_clock_event_reason{gpu="0",name="NVIDIA GB10",reason="sw_power_cap"} 0
+sparkfleet_gpu_metrics_timestamp_seconds 1000
+"""
+
+
+def test_a_spark_with_two_models_and_a_slowed_gpu():
+    memory = meminfo(MEMINFO)
+    assert memory == {"MemTotal": 127601400 * 1024, "MemAvailable": 40 * 1024**3}
+    found = gpu(PROM, now=1012)
+    assert found == {
+        "temperature_c": 71,
+        "sm_clock_mhz": 650,
+        "power_w": 17.5,
+        "throttled_by": ["hw_slowdown"],  # gpu_idle is no throttling
+        "age_s": 12,
+    }
+    startup = {"last": {"started_at": 1796390000, "phases_s": {"healthy": 612.5}}}
+    nemotron = {"served": "nemotron-3-super", "port": 8000, "unit": "vllm-a.service", "gpu_memory_utilization": 0.5}
+    small = {"served": "qwen3-0.6b", "port": 8001, "unit": "vllm-b.service", "gpu_memory_utilization": 0.25}
+    models = [model(nemotron, startup, "active/running"), model(small, None, "failed/failed")]
+    lines = line("spark-1", models, memory, found)
+    assert lines[0] == "spark-1: memory 40.0 of 121.7 GiB available, 91.3 GiB reserved by the plan (2 models)"
+    assert lines[1] == "  GPU: 71 C, SM clock 650 MHz, 17.5 W, throttled by hw_slowdown, read 12 s ago"
+    assert lines[2].startswith("  nemotron-3-super on port 8000: active/running (vllm-a.service), 0.50 of the pool, ")
+    assert lines[2].endswith("(healthy after 612.5 s)")
+    assert lines[3] == "  qwen3-0.6b on port 8001: failed/failed (vllm-b.service), 0.25 of the pool"
+
+
+def test_no_metrics_file_says_why(run_module, tmp_path):
+    (tmp_path / "m.last-good.json").write_text(json.dumps({"served": "m", "port": 8000, "unit": "vllm-m.service"}))
+    done = run_module(
+        "spark_status", {"host": "h", "config_dir": str(tmp_path), "gpu_metrics_file": str(tmp_path / "none.prom")}
+    )
+    assert not done.get("failed") and done["changed"] is False
+    assert done["gpu"] == {} and done["models"][0]["served"] == "m"
+    assert done["lines"][1] == "  GPU: no metrics file (fleet_monitoring_gpu_metrics off, or no monitoring group)"
