@@ -54,8 +54,8 @@ memory:
   returned: always
   type: dict
 gpu:
-  description: temperature_c, sm_clock_mhz, power_w, throttled_by and age_s where the GPU metrics file has them; {}
-    without the file.
+  description: C(gpus) (by GPU index - temperature_c, sm_clock_mhz, power_w, throttled_by where the GPU metrics file
+    has them) and C(age_s) of the reading; {} without the file.
   returned: always
   type: dict
 lines:
@@ -66,6 +66,7 @@ lines:
 """
 
 import json
+import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
@@ -97,10 +98,16 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    folder = Path(params["config_dir"])
+    if folder.exists() and not os.access(folder, os.R_OK | os.X_OK):
+        module.fail_json(msg=f"cannot read {folder} (the vLLM units' last good files, root only): run with become (-b)")
     models = []
-    for path in sorted(Path(params["config_dir"]).glob("*" + LAST_GOOD)):
+    for path in sorted(folder.glob("*" + LAST_GOOD)):
+        text = read(path)
+        if text is None:
+            module.fail_json(msg=f"cannot read {path}: run with become (-b)")
         try:
-            last_good = json.loads(read(path) or "{}")
+            last_good = json.loads(text)
         except ValueError:
             continue
         startup_path = path.with_name(path.name.removesuffix(LAST_GOOD) + ".last-good.startup.json")

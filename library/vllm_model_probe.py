@@ -101,6 +101,8 @@ def main() -> None:
     except (OSError, ValueError) as error:
         detail = error.read().decode("utf-8", "replace")[:300] if isinstance(error, urllib.error.HTTPError) else ""
         module.fail_json(msg=f"The {params['kind']} probe to {params['url']}{path} failed: {error} {detail}".strip())
+    if not isinstance(answer, dict):
+        module.fail_json(msg=f"{params['served']} at {params['url']}{path} answered {str(answer)[:300]}, not an object")
     problems, found = model_kinds.probe_problems(params["kind"], answer, params["served"])
     if problems:
         module.fail_json(

@@ -575,10 +575,12 @@ def _explicit_kv_reasons(inputs: PlanInputs, utilization: float) -> list[str]:
         if share is not None:
             fixes.append(f"gpu_memory_utilization to {share:.2f}")
         room = pool_bytes(inputs, utilization) - weights_bytes_per_node(inputs) - overhead_bytes(inputs)
-        if room >= one_sequence:
+        offer = math.floor(room / GIB * 10) / 10
+        floor = math.ceil(one_sequence / GIB * 10) / 10
+        if offer >= floor:
             fixes.append(
-                f"kv_cache_memory_gib to {math.floor(room / GIB * 10) / 10:g} or lower (not below "
-                f"{_kv_gib_text(one_sequence)}, one {inputs.max_model_len:,}-token sequence)"
+                f"kv_cache_memory_gib to {offer:g} or lower (not below {floor:g}, one "
+                f"{inputs.max_model_len:,}-token sequence)"
             )
         fix = f"set {', or '.join(fixes)}" if fixes else _bigger_setup_hint(inputs)
         reasons.append(

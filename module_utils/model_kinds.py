@@ -45,10 +45,8 @@ def is_chat(recipe: Mapping) -> bool:
 
 
 def kind_problems(recipe: Mapping, label: str) -> list[str]:
-    """The recipe's kind, and the serve flags it needs, each with the fix."""
-    kind = recipe.get("kind")
-    if kind is None:
-        return []
+    """The recipe's kind (none: chat), and the serve flags it needs, each with the fix."""
+    kind = kind_of(recipe)
     if kind not in KINDS:
         return [f"{label}.kind={kind!r}: expected one of {', '.join(KINDS)} (none: chat)"]
     flags = recipe.get("serve_flags") if isinstance(recipe.get("serve_flags"), Mapping) else {}
@@ -59,6 +57,11 @@ def kind_problems(recipe: Mapping, label: str) -> list[str]:
     if kind == CHAT and flags.get("runner") == "pooling":
         problems.append(
             f"{label}.serve_flags.runner=pooling: a pooling model has no chat API; set kind: embed or rerank"
+        )
+    if kind == CHAT and flags.get("convert") in ("embed", "classify"):
+        problems.append(
+            f"{label}.serve_flags.convert={flags['convert']}: that makes a pooling model, which has no chat API; set "
+            "kind: embed or rerank"
         )
     return problems
 

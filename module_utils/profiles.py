@@ -47,8 +47,12 @@ MEASURED_BANDWIDTH_GB_S = 231.0
 FP8_KV = "fp8"
 
 
-# What each profile chooses: an entry that names a profile leaves these to it.
-CHOSEN_KEYS = ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype", "speculative")
+# What each profile chooses: an entry that names a profile leaves these to it (the others it takes from the entry).
+CHOSEN_KEYS = {
+    "speed": ("gpu_memory_utilization", "max_model_len", "max_num_seqs"),
+    "users": ("gpu_memory_utilization", "max_model_len", "max_num_seqs", "kv_cache_dtype", "speculative"),
+    "safe": ("gpu_memory_utilization", "speculative"),
+}
 
 
 def entry_problems(entry: Mapping, label: str, recipe: Mapping | None = None) -> list[str]:
@@ -60,8 +64,8 @@ def entry_problems(entry: Mapping, label: str, recipe: Mapping | None = None) ->
         close = difflib.get_close_matches(str(profile), PROFILES, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         problems.append(f"{label}.profile={profile!r}: expected one of {', '.join(PROFILES)}, or none{hint}")
-    if profile is not None:
-        for key in (key for key in CHOSEN_KEYS if key in entry):
+    if profile in CHOSEN_KEYS:
+        for key in (key for key in CHOSEN_KEYS[profile] if key in entry):
             problems.append(
                 f"{label}.{key}: profile {profile} chooses {key} itself; remove {key} from the entry, or remove "
                 "the profile to set it yourself"

@@ -44,23 +44,32 @@ def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def gpu(text: str | None, now: float | None = None) -> dict:
-    """What the GPU metrics file says: temperature (C), SM clock (MHz), the clock-event reasons that hold, the
-    reading's age (s); {} without the file."""
+    """What the GPU metrics file says, per GPU index: temperature (C), SM clock (MHz), power (W), the clock-event
+    reasons that hold; and the reading's age (s). {} without the file."""
     if text is None:
         return {}
-    found: dict = {"throttled_by": []}
+    found: dict = {"gpus": {}}
     for name, labels, value in samples(text):
+        reading = found["gpus"].setdefault(labels.get("gpu", "0"), {"throttled_by": []}) if "gpu" in labels else None
         if name == "sparkfleet_gpu_temperature_celsius":
-            found["temperature_c"] = value
+            reading["temperature_c"] = value
         elif name == "sparkfleet_gpu_sm_clock_hertz":
-            found["sm_clock_mhz"] = round(value / 1e6)
+            reading["sm_clock_mhz"] = round(value / 1e6)
         elif name == "sparkfleet_gpu_power_draw_watts":
-            found["power_w"] = value
+            reading["power_w"] = value
         elif name == "sparkfleet_gpu_clock_event_reason" and value == 1 and labels.get("reason") != "gpu_idle":
-            found["throttled_by"].append(labels.get("reason", "?"))
+            reading["throttled_by"].append(labels.get("reason", "?"))
         elif name == "sparkfleet_gpu_metrics_timestamp_seconds":
             found["age_s"] = round((now if now is not None else time.time()) - value)
+    found["gpus"] = {
+        index: reading for index, reading in found["gpus"].items() if len(reading) > 1 or reading["throttled_by"]
+    }
     return found
+
+
+def running(entry: Mapping) -> bool:
+    """Whether a model's unit runs (or is starting): only those hold their share of the pool."""
+    return str(entry.get("state", "")).startswith(("active", "activating", "reloading"))
 
 
 def model(last_good: Mapping, startup: Mapping | None, state: str) -> dict:
@@ -80,26 +89,27 @@ def model(last_good: Mapping, startup: Mapping | None, state: str) -> dict:
 def line(host: str, models: list[dict], memory: Mapping[str, int], gpu_found: Mapping) -> list[str]:
     """The status of one Spark as a few lines a person reads."""
     total, available = memory.get("MemTotal", 0), memory.get("MemAvailable", 0)
-    reserved = sum(entry["gpu_memory_utilization"] for entry in models) * total
+    serving = [entry for entry in models if running(entry)]
+    reserved = sum(entry["gpu_memory_utilization"] for entry in serving) * total
     lines = [
         f"{host}: memory {available / GIB:.1f} of {total / GIB:.1f} GiB available, {reserved / GIB:.1f} GiB "
-        f"reserved by the plan ({len(models)} model{'s' if len(models) != 1 else ''})"
+        f"reserved by the plan ({len(serving)} model{'s' if len(serving) != 1 else ''} running)"
     ]
-    if gpu_found:
+    for index, reading in sorted((gpu_found or {}).get("gpus", {}).items()):
         parts = []
-        if "temperature_c" in gpu_found:
-            parts.append(f"{gpu_found['temperature_c']:g} C")
-        if "sm_clock_mhz" in gpu_found:
-            parts.append(f"SM clock {gpu_found['sm_clock_mhz']} MHz")
-        if "power_w" in gpu_found:
-            parts.append(f"{gpu_found['power_w']:g} W")
+        if "temperature_c" in reading:
+            parts.append(f"{reading['temperature_c']:g} C")
+        if "sm_clock_mhz" in reading:
+            parts.append(f"SM clock {reading['sm_clock_mhz']} MHz")
+        if "power_w" in reading:
+            parts.append(f"{reading['power_w']:g} W")
         parts.append(
-            "throttled by " + ", ".join(gpu_found["throttled_by"]) if gpu_found["throttled_by"] else "not throttled"
+            "throttled by " + ", ".join(reading["throttled_by"]) if reading["throttled_by"] else "not throttled"
         )
         if "age_s" in gpu_found:
             parts.append(f"read {gpu_found['age_s']} s ago")
-        lines.append("  GPU: " + ", ".join(parts))
-    else:
+        lines.append(f"  GPU {index}: " + ", ".join(parts))
+    if not (gpu_found or {}).get("gpus"):
         lines.append("  GPU: no metrics file (fleet_monitoring_gpu_metrics off, or no monitoring group)")
     for entry in models:
         start = (
@@ -108,8 +118,6 @@ def line(host: str, models: list[dict], memory: Mapping[str, int], gpu_found: Ma
             if entry["started_at"] and entry["healthy_after_s"] is not None
             else ""
         )
-        lines.append(
-            f"  {entry['served']} on port {entry['port']}: {entry['state']} ({entry['unit']}), "
-            f"{entry['gpu_memory_utilization']:.2f} of the pool{start}"
-        )
+        share = f"{entry['gpu_memory_utilization']:.2f} of the pool" if running(entry) else "not running, not counted"
+        lines.append(f"  {entry['served']} on port {entry['port']}: {entry['state']} ({entry['unit']}), {share}{start}")
     return lines

@@ -104,6 +104,7 @@ def run_role(tmp: Path, endpoint: dict, key: str, venv: Path, book_url: str, are
 def endpoint_fact(served: str, url: str, snapshot: Path, max_model_len: int) -> dict:
     return {
         "served": served,
+        "kind": "chat",
         "port": int(url.rsplit(":", 1)[1]),
         "url": url,
         "unit": f"vllm-{served}.service",

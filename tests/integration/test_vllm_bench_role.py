@@ -44,6 +44,7 @@ def run_role(tmp: Path, server: Server, **settings) -> subprocess.CompletedProce
     """One playbook: the facts the "Model serving" play would publish, then the role."""
     endpoint = {
         "served": MODEL,
+        "kind": "chat",
         "port": server.port,
         "url": f"http://127.0.0.1:{server.port}",
         "unit": "vllm-nemotron.service",

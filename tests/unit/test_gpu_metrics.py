@@ -63,7 +63,7 @@ def test_a_gb10_recording_leaves_out_what_it_cannot_read(tmp_path):
     # [N/A] on a GB10 (no power cap): no series rather than a 0. The clock fields no recording has: dropped.
     assert not any(key.startswith(("sparkfleet_gpu_power_limit", "sparkfleet_gpu_sm_clock")) for key in found)
     # Who holds the unified pool: 19135 MiB, as recorded.
-    assert found['sparkfleet_gpu_process_memory_bytes{pid="114687",process="python"}'] == 19135 * 2**20
+    assert found['sparkfleet_gpu_process_memory_bytes{gpu="0",pid="114687",process="python"}'] == 19135 * 2**20
     assert found["sparkfleet_gpu_metrics_timestamp_seconds"] > 0
 
 

@@ -28,6 +28,13 @@ def test_a_kind_needs_its_flags_and_a_chat_model_is_not_pooled():
     assert kind_problems({"kind": "vision"}, "r") == [
         "r.kind='vision': expected one of chat, embed, rerank (none: chat)"
     ]
+    # No kind is chat: a pooling runner or conversion without one is refused too.
+    assert kind_problems({"serve_flags": {"runner": "pooling"}}, "r") == [
+        "r.serve_flags.runner=pooling: a pooling model has no chat API; set kind: embed or rerank"
+    ]
+    assert kind_problems({"serve_flags": {"convert": "embed"}}, "r") == [
+        "r.serve_flags.convert=embed: that makes a pooling model, which has no chat API; set kind: embed or rerank"
+    ]
 
 
 def vectors(*rows: list[float]) -> dict:

@@ -177,3 +177,15 @@ def test_an_entry_value_a_profile_chooses_and_a_context_beyond_the_model_are_ref
         long["failed"]
         and f"profile_context={context * 2}: more than the model's context of {context:,}" in (long["msg"])
     )
+
+
+def test_an_entry_keeps_what_its_profile_does_not_choose(run_module):
+    """safe keeps the entry's context and KV dtype; speed keeps its KV dtype: neither is refused."""
+    safe = {"recipe": HYBRID, "port": 8000, "profile": "safe", "max_model_len": 65536}
+    done = run_module("vllm_models", module_args([safe]))
+    assert not done.get("failed"), done.get("msg")
+    assert flag(done["models"][0], "--max-model-len") == "65536"
+    speed = {"recipe": HYBRID, "port": 8000, "profile": "speed", "kv_cache_dtype": "fp8"}
+    done = run_module("vllm_models", module_args([speed]))
+    assert not done.get("failed"), done.get("msg")
+    assert flag(done["models"][0], "--kv-cache-dtype") == "fp8"

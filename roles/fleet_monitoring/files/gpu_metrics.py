@@ -40,8 +40,9 @@ GPU_FIELDS = (
     ("clocks.current.memory", "memory_clock_hertz", "Current memory clock (clocks.current.memory).", 1e6),
     ("utilization.gpu", "utilization_ratio", "Share of the last sample period a kernel ran (utilization.gpu).", 0.01),
 )
-# Read beside them: which GPU (labels) and its performance state (P0 most to P12 least).
-LABEL_FIELDS = ("index", "name")
+# Read beside them: which GPU (labels; uuid ties a process to its GPU) and its performance state (P0 most to P12
+# least).
+LABEL_FIELDS = ("index", "name", "uuid")
 PSTATE_FIELD = "pstate"
 # The clock-event (throttle) reasons: "Active" or "Not Active" each (nvidia-smi --help-query-gpu,
 # clocks_event_reasons.*; clocks_throttle_reasons.* before driver 535).
@@ -56,7 +57,7 @@ REASONS = (
     "sync_boost",
 )
 REASON_FIELD = "clocks_event_reasons.{}"
-APP_FIELDS = ("pid", "process_name", "used_memory")
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 INVALID_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 MIB = 1024 * 1024
 
@@ -142,8 +143,9 @@ def gpu_lines(fields: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def app_lines(fields: list[str], rows: list[list[str]]) -> list[str]:
-    """The GPU memory each process holds (used_memory, MiB): on a GB10 the one view of who holds the shared pool."""
+def app_lines(fields: list[str], rows: list[list[str]], index_of: dict[str, str]) -> list[str]:
+    """The GPU memory each process holds on each GPU (used_memory, MiB): on a GB10 the one view of who holds the
+    shared pool. index_of maps a GPU's uuid to its index, the gpu label of every series."""
     if "used_memory" not in fields or "pid" not in fields:
         return []
     lines = [
@@ -156,22 +158,29 @@ def app_lines(fields: list[str], rows: list[list[str]]) -> list[str]:
         if used is None:
             continue
         process = os.path.basename(values.get("process_name", ""))
-        labels = f'pid="{label_value(values["pid"])}",process="{label_value(process)}"'
+        gpu = index_of.get(values.get("gpu_uuid", ""), values.get("gpu_uuid", ""))
+        labels = f'gpu="{label_value(gpu)}",pid="{label_value(values["pid"])}",process="{label_value(process)}"'
         lines.append(f"{PREFIX}_process_memory_bytes{{{labels}}} {sample(used * MIB)}")
     return lines
 
 
-def reading(nvidia_smi: str, timeout: float) -> str:
-    """One reading as Prometheus text (raises ReadError when nvidia-smi gives nothing)."""
+def reading(nvidia_smi: str, timeout: float, known: dict[str, list[str]]) -> str:
+    """One reading as Prometheus text (raises ReadError when nvidia-smi gives nothing). known holds the fields this
+    driver answered, per query, so that the fields it does not know are dropped once, not at every reading."""
     wanted = [*LABEL_FIELDS, *(field for field, *_ in GPU_FIELDS), PSTATE_FIELD]
     wanted += [REASON_FIELD.format(reason) for reason in REASONS]
-    fields, rows = query(nvidia_smi, "--query-gpu", wanted, timeout)
+    fields, rows = query(nvidia_smi, "--query-gpu", known.get("gpu", wanted), timeout)
     if not rows:
         raise ReadError(f"{nvidia_smi} --query-gpu answered no GPU")
+    known["gpu"] = fields
     lines = gpu_lines(fields, rows)
+    index_of = {values["uuid"]: values["index"] for values in (dict(zip(fields, row, strict=True)) for row in rows)
+                if "uuid" in values and "index" in values}  # fmt: skip
     # The GPU readings stand without the per-process view when it cannot be read.
     with contextlib.suppress(ReadError):
-        lines += app_lines(*query(nvidia_smi, "--query-compute-apps", list(APP_FIELDS), timeout))
+        app_fields, app_rows = query(nvidia_smi, "--query-compute-apps", known.get("apps", list(APP_FIELDS)), timeout)
+        known["apps"] = app_fields
+        lines += app_lines(app_fields, app_rows, index_of)
     lines += [
         f"# HELP {PREFIX}_metrics_timestamp_seconds When this reading was taken.",
         f"# TYPE {PREFIX}_metrics_timestamp_seconds gauge",
@@ -202,10 +211,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="one reading, then exit (1 when it failed)")
     args = parser.parse_args(argv)
     timeout = max(5.0, args.interval)
+    known: dict[str, list[str]] = {}
     while True:
         started = time.monotonic()
         try:
-            write_atomically(args.textfile, reading(args.nvidia_smi, timeout))
+            write_atomically(args.textfile, reading(args.nvidia_smi, timeout, known))
         except ReadError as error:
             # The file keeps its last reading; its timestamp ages, which the stale-metrics alert sees.
             print(f"sparkfleet_gpu_metrics: {error}", file=sys.stderr, flush=True)
