@@ -1,8 +1,10 @@
-"""The same stack on every Spark: what preflight gathers from each host (NVIDIA driver, kernel, DGX OS release) and
-the one rule for judging a fleet by it.
+"""The same stack on every Spark: what preflight gathers from each host (NVIDIA driver, kernel, DGX OS release, the
+vLLM image it will run, the host's own NCCL) and the one rule for judging a fleet by it.
 
-- The two Sparks of a pair run one model together: any difference between them stops the run, naming both values
-  (a pair on two drivers, kernels or OS releases fails in ways that look like network faults).
+- The two Sparks of a pair run one model together: a difference in what they share (PAIR_KEYS) stops the run,
+  naming both values (a pair on two drivers, kernels, OS releases or images fails in ways that look like network
+  faults). The NCCL the pair uses is the image's own (a pip wheel inside it), so the image digest stands for it; the
+  host's libnccl2 is compared for the fleet and binds a pair only once a pair mounts it into the image.
 - Sparks that serve alone may differ: the run goes on with a warning that lists each group of Sparks per value.
 - Known-bad versions (KNOWN_BAD, each with its source) refuse or warn as their source warrants.
 """
@@ -13,7 +15,20 @@ import re
 from collections.abc import Mapping
 
 # What is compared, in the order messages list it: key -> how a person reads it.
-KEYS = {"driver": "NVIDIA driver", "kernel": "kernel", "dgx_os": "DGX OS release"}
+KEYS = {
+    "driver": "NVIDIA driver",
+    "kernel": "kernel",
+    "dgx_os": "DGX OS release",
+    "image": "vLLM image",
+    "host_nccl": "host libnccl2 version",
+}
+# What the two Sparks of a pair must share, and how to bring them together.
+PAIR_FIXES = {
+    "driver": "bring them to one version",
+    "kernel": "bring them to one version",
+    "dgx_os": "bring them to one version",
+    "image": "set one vllm_image_ref for both (in the pair's group_vars), and let the lock pin it once",
+}
 # Known-bad versions: (key, regular expression the value matches, "refuse" or "warn", why, source).
 KNOWN_BAD = (
     (
@@ -64,17 +79,18 @@ def pairs(pair_of: Mapping[str, Mapping | None]) -> dict[str, list[str]]:
 
 
 def judge(stacks: Mapping[str, Mapping[str, str]], pairs: Mapping[str, list[str]]) -> tuple[list[str], list[str]]:
-    """(problems that stop the run, warnings) for the hosts' stacks (host -> {driver, kernel, dgx_os}) and the
+    """(problems that stop the run, warnings) for the hosts' stacks (host -> {key: value} for KEYS) and the
     pairs (pair -> its two hosts)."""
     problems, warnings = [], []
     for pair, hosts in sorted(pairs.items()):
         present = [host for host in hosts if host in stacks]
-        for key, label in KEYS.items():
+        for key, fix in PAIR_FIXES.items():
+            label = KEYS[key]
             groups = _groups({host: stacks[host] for host in present}, key)
             if len(groups) > 1:
                 problems.append(
                     f"pair {pair}: its Sparks run different {label}s ({_listed(groups)}); a pair serves one model "
-                    f"together, so both must run the same {label}: bring them to one version"
+                    f"together, so both must run the same {label}: {fix}"
                 )
     for key, label in KEYS.items():
         groups = _groups(stacks, key)

@@ -92,16 +92,18 @@ def misfits_inventory(folder: Path) -> Path:
 
 
 REACH_AND_PREFLIGHT = "tests/integration/playbooks/reach-and-preflight.yml"
+OWN_IMAGE = "vllm/vllm-openai@sha256:" + "b" * 64
 
 
 def two_drivers_inventory(folder: Path, paired: bool) -> Path:
-    """Two fitting Sparks on two drivers (580.95.05 and 580.126.09, both recorded on GB10s): serving alone, or as
-    the pair pair_x."""
+    """Two fitting Sparks on two drivers (580.95.05 and 580.126.09, both recorded on GB10s) and two images (spark-b
+    names its own digest): serving alone, or as the pair pair_x."""
     profiles = {"spark-a": "gb10", "spark-b": "gb10-580.126"}
     hosts = {
         host: {**host_with_its_own_environment(folder, host, {"NVIDIA_SMI_STANDIN_PROFILE": profile}), **FITS}
         for host, profile in profiles.items()
     }
+    hosts["spark-b"]["vllm_image_ref"] = OWN_IMAGE
     children: dict = {"sparks": {"hosts": hosts}}
     if paired:
         children["sparks"]["children"] = {"pair_x": {"hosts": {host: {} for host in hosts}}}
@@ -200,6 +202,11 @@ def test_sparks_alone_on_two_drivers_pass_with_a_warning_naming_each_group(runs)
     assert done.returncode == 0, said(done)[-3000:]
     assert "WARNING: the fleet is not one stack (the run goes on):" in said(done)
     assert "the fleet runs 2 NVIDIA drivers: 580.126.09 on spark-b; 580.95.05 on spark-a" in said(done)
+    # The image each will run: spark-b's own digest, spark-a's default reference still to be pinned.
+    assert (
+        f"the fleet runs 2 vLLM images: vllm/vllm-openai:cu130-nightly (resolved at the runtime stage) on spark-a; "
+        f"{OWN_IMAGE} on spark-b" in said(done)
+    )
 
 
 def test_a_pair_on_two_drivers_stops_naming_both(runs):
@@ -208,3 +215,5 @@ def test_a_pair_on_two_drivers_stops_naming_both(runs):
     assert "pair pair_x: its Sparks run different NVIDIA drivers (580.126.09 on spark-b; 580.95.05 on spark-a)" in said(
         done
     ), said(done)[-3000:]
+    assert "pair pair_x: its Sparks run different vLLM images (" in said(done)
+    assert "set one vllm_image_ref for both" in said(done)

@@ -61,3 +61,22 @@ def test_a_590_driver_is_named_with_its_source():
 def test_pairs_come_from_each_hosts_pair_fact():
     pair_of = {"a": {"group": "p1", "rank": 0}, "b": {"group": "p1", "rank": 1}, "c": {}, "d": None}
     assert pairs(pair_of) == {"p1": ["a", "b"]}
+
+
+IMAGE = "vllm/vllm-openai@sha256:" + "a" * 64
+
+
+def test_a_pair_on_two_images_stops_naming_the_variable_that_fixes_it():
+    moving = "vllm/vllm-openai:v0.33.0 (resolved at the runtime stage)"
+    stacks = {"a": {**SAME, "image": IMAGE}, "b": {**SAME, "image": moving}}
+    (problem,) = judge(stacks, {"p": ["a", "b"]})[0]
+    assert problem.startswith("pair p: its Sparks run different vLLM images (")
+    assert IMAGE + " on a" in problem and "set one vllm_image_ref for both" in problem
+
+
+def test_the_hosts_nccl_differs_without_stopping_a_pair_that_uses_the_images_own():
+    """The pair's NCCL is the image's (the digest stands for it); DGX OS's libnccl2 is only reported for now."""
+    stacks = {"a": {**SAME, "host_nccl": "2.28.3-1+cuda13.0"}, "b": {**SAME, "host_nccl": "none"}}
+    problems, warnings = judge(stacks, {"p": ["a", "b"]})
+    assert problems == []
+    assert warnings == ["the fleet runs 2 host libnccl2 versions: 2.28.3-1+cuda13.0 on a; none on b"]
