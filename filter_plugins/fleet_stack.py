@@ -2,8 +2,9 @@
 file since a controller plugin cannot import the project's module_utils as a package):
 
 - `TEXT | dgx_release`: the DGX OS release /etc/dgx-release names ("none" for None: no such file);
-- `STACKS | fleet_stack_judge(PAIR_OF)`: {problems, warnings} for host -> {driver, kernel, dgx_os} and host -> its
-  pair ({group, head, peer, rank}, or {} alone: the project fact sparkfleet_pair).
+- `STACKS | fleet_stack_judge(PAIR_OF)`: {problems, warnings} for host -> {driver, kernel, dgx_os, ...} and host ->
+  its pair ({group, head, peer, rank}, or {} alone: the project fact sparkfleet_pair);
+- `PAIR_STACKS | fleet_stack_host_nccl(PAIR)`: what stops a pair that loads the host's NCCL.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def dgx_release(text: str | None) -> str:
     return fleet_stack_rules.dgx_release(None if text is None else str(text))
 
 
+def fleet_stack_host_nccl(stacks: dict, pair: str) -> list[str]:
+    return fleet_stack_rules.host_nccl_problems({str(host): dict(stack) for host, stack in stacks.items()}, str(pair))
+
+
 def fleet_stack_judge(stacks: dict, pair_of: dict) -> dict:
     problems, warnings = fleet_stack_rules.judge(
         {str(host): dict(stack) for host, stack in stacks.items()}, fleet_stack_rules.pairs(pair_of)
@@ -31,4 +36,8 @@ def fleet_stack_judge(stacks: dict, pair_of: dict) -> dict:
 
 class FilterModule:
     def filters(self) -> dict:
-        return {"dgx_release": dgx_release, "fleet_stack_judge": fleet_stack_judge}
+        return {
+            "dgx_release": dgx_release,
+            "fleet_stack_judge": fleet_stack_judge,
+            "fleet_stack_host_nccl": fleet_stack_host_nccl,
+        }

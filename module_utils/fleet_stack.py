@@ -1,10 +1,11 @@
 """The same stack on every Spark: what preflight gathers from each host (NVIDIA driver, kernel, DGX OS release, the
 vLLM image it will run, the host's own NCCL) and the one rule for judging a fleet by it.
 
-- The two Sparks of a pair run one model together: a difference in what they share (PAIR_KEYS) stops the run,
+- The two Sparks of a pair run one model together: a difference in what they share (PAIR_FIXES) stops the run,
   naming both values (a pair on two drivers, kernels, OS releases or images fails in ways that look like network
   faults). The NCCL the pair uses is the image's own (a pip wheel inside it), so the image digest stands for it; the
-  host's libnccl2 is compared for the fleet and binds a pair only once a pair mounts it into the image.
+  host's libnccl2 is compared for the fleet, and binds a pair that mounts it (spark_fabric_nccl_library: host;
+  host_nccl_problems, which roles/spark_fabric applies).
 - Sparks that serve alone may differ: the run goes on with a warning that lists each group of Sparks per value.
 - Known-bad versions (KNOWN_BAD, each with its source) refuse or warn as their source warrants.
 """
@@ -103,3 +104,19 @@ def judge(stacks: Mapping[str, Mapping[str, str]], pairs: Mapping[str, list[str]
             line = f"{KEYS[key]} {', '.join(values)} on {', '.join(hosts)}: {why} ({source})"
             (problems if verdict == "refuse" else warnings).append(line)
     return problems, warnings
+
+
+def host_nccl_problems(stacks: Mapping[str, Mapping[str, str]], pair: str) -> list[str]:
+    """What stops a pair that loads the host's NCCL (spark_fabric_nccl_library: host) from its Sparks' stacks
+    (host -> {host_nccl, ...}): a Spark without libnccl2, or two builds."""
+    problems = []
+    missing = [host for host in sorted(stacks) if str(stacks[host].get("host_nccl") or "none") in ("none", UNKNOWN)]
+    if missing:
+        problems.append(f"{', '.join(missing)} has no libnccl2 package (install DGX OS's libnccl2)")
+    groups = _groups(stacks, "host_nccl")
+    if len(groups) > 1 and not missing:
+        problems.append(
+            f"pair {pair}: its Sparks run different {KEYS['host_nccl']}s ({_listed(groups)}); bring both to one "
+            "libnccl2 (apt)"
+        )
+    return problems

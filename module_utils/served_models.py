@@ -145,7 +145,8 @@ def resolve_model(
         "serve_args": serve_args + (pair_args(fabric) if paired else []),
         "env": {**env, **(fabric.get("env", {}) if paired else {})},
         "docker_args": list(RDMA_DOCKER_ARGS) if paired and fabric.get("rdma") else [],
-        "volumes": volumes(data_dir),
+        # A pair's own read-only mounts (the host's NCCL, when it loads that: spark_fabric_node).
+        "volumes": volumes(data_dir) + (list(fabric.get("mounts", [])) if paired else []),
     }
 
 

@@ -101,7 +101,11 @@ def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
         "pair-of-three": preflight_argv(with_a_pair_of_three(copy_of_the_example(copies, "pair-of-three"))),
         "the-example": preflight_argv(EXAMPLE),
         "ends-with-different-ports": preflight_argv(
-            with_host_vars(copy_of_the_example(copies, "ports"), "spark-3", "spark_fabric_master_port: 29502\n")
+            with_host_vars(
+                copy_of_the_example(copies, "ports"),
+                "spark-3",
+                "spark_fabric_master_port: 29502\nspark_fabric_nccl_library: host\n",
+            )
         ),
         "different-mtus": preflight_argv(
             with_host_vars(copy_of_the_example(copies, "mtus"), "spark-3", "spark_fabric_mtu: 1500\n")
@@ -183,10 +187,10 @@ def test_ends_of_one_cable_with_different_ports_are_refused(runs):
     done = runs.result("ends-with-different-ports")
     assert done.returncode != 0
     assert (
-        "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group and spark_fabric_master_port"
-        in (said(done))
+        "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group, spark_fabric_master_port and "
+        "spark_fabric_nccl_library" in said(done)
     )
-    assert "port 29501 / 29502" in said(done)
+    assert "port 29501 / 29502" in said(done) and "NCCL image / host" in said(done)
 
 
 def test_different_recommended_mtus_are_no_refusal(runs):

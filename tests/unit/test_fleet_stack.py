@@ -4,7 +4,7 @@ on a GB10) is named with its source; /etc/dgx-release gives its last update's re
 
 from __future__ import annotations
 
-from fleet_stack import dgx_release, judge, pairs
+from fleet_stack import dgx_release, host_nccl_problems, judge, pairs
 
 SAME = {"driver": "580.95.05", "kernel": "6.11.0-1016-nvidia", "dgx_os": "7.2.3"}
 # A real Spark's file (research for issue 33: each OTA update appends a DGX_OTA_VERSION line), serial redacted.
@@ -80,3 +80,16 @@ def test_the_hosts_nccl_differs_without_stopping_a_pair_that_uses_the_images_own
     problems, warnings = judge(stacks, {"p": ["a", "b"]})
     assert problems == []
     assert warnings == ["the fleet runs 2 host libnccl2 versions: 2.28.3-1+cuda13.0 on a; none on b"]
+
+
+def test_a_pair_that_loads_the_hosts_nccl_needs_one_libnccl2_on_both():
+    one = {"a": {**SAME, "host_nccl": "2.28.9-1+cuda13.0"}, "b": {**SAME, "host_nccl": "2.28.9-1+cuda13.0"}}
+    assert host_nccl_problems(one, "p") == []
+    two = {**one, "b": {**SAME, "host_nccl": "2.28.3-1+cuda13.0"}}
+    assert host_nccl_problems(two, "p") == [
+        "pair p: its Sparks run different host libnccl2 versions (2.28.3-1+cuda13.0 on b; 2.28.9-1+cuda13.0 on a); "
+        "bring both to one libnccl2 (apt)"
+    ]
+    assert host_nccl_problems({**one, "b": {**SAME, "host_nccl": "none"}}, "p") == [
+        "b has no libnccl2 package (install DGX OS's libnccl2)"
+    ]

@@ -178,6 +178,25 @@ def test_a_pair_head_answers_the_api_without_headless(run_module):
     assert model["serve_args"][-2:] == ["--master-port", "29501"]
 
 
+def test_a_pair_that_loads_the_hosts_nccl_mounts_it_read_only_and_names_it_for_vllm_and_torch(run_module):
+    library = "/opt/sparkfleet/nccl/libnccl.so.2"
+    fabric = WORKER | {
+        "nccl_library": "host",
+        "mounts": [f"/usr/lib/aarch64-linux-gnu/libnccl.so.2:{library}:ro"],
+        "env": {**WORKER["env"], "VLLM_NCCL_SO_PATH": library, "LD_PRELOAD": library},
+    }
+    result = resolve(
+        run_module, [{"recipe": "llama-3.3-70b-instruct-bf16-tp2", "port": 8000}], fabric=fabric, host="spark-2"
+    )
+    assert not result.get("failed"), result
+    (model,) = result["models"]
+    assert model["volumes"][-1] == f"/usr/lib/aarch64-linux-gnu/libnccl.so.2:{library}:ro"
+    assert (model["env"]["VLLM_NCCL_SO_PATH"], model["env"]["LD_PRELOAD"]) == (library, library)
+    # A model that serves alone on the same Spark mounts nothing of the pair's.
+    (alone,) = resolve(run_module, [{"recipe": "qwen3-0.6b", "port": 8000}], fabric=fabric, host="spark-2")["models"]
+    assert not any("nccl" in volume for volume in alone["volumes"]) and "LD_PRELOAD" not in alone["env"]
+
+
 def test_a_two_spark_model_on_a_host_in_no_pair_resolves_for_the_role_to_refuse(run_module):
     result = resolve(run_module, [{"recipe": "llama-3.3-70b-instruct-bf16-tp2", "port": 8000}])
     assert not result.get("failed"), result
