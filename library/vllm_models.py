@@ -179,8 +179,9 @@ memory:
   type: dict
 notes:
   description:
-    - Where the plan uses figures measured at a locked commit over a recipe's estimate that differs, and what each
-      entry's profile chose and why.
+    - Where the plan uses figures measured at a locked commit over a recipe's estimate that differs, what each
+      entry's profile chose and why, and, for a model on a group of Sparks that one Spark holds alone, the other
+      choice with its published figures (module_utils/topology.py).
   returned: success
   type: list
   elements: str
@@ -188,7 +189,7 @@ notes:
 
 from pathlib import Path
 
-from ansible.module_utils import profiles
+from ansible.module_utils import profiles, topology
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.memory_plan import host_plan
 from ansible.module_utils.model_lock import measured_architecture
@@ -305,6 +306,10 @@ def main() -> None:
     )
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems, memory=memory)
+    # A model on a group that one Spark could hold: the other choice, with its published figures.
+    for name, _, recipe in checked:
+        note = topology.advice(name, recipe, memory_total_bytes=params["memory_total_bytes"], settings=settings)
+        notes += [note] if note else []
 
     models = [
         resolve_model(

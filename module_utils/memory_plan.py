@@ -5,7 +5,8 @@ that the OS, Docker and the page cache share, and when that pool runs out the wh
 module does the arithmetic before vLLM starts and refuses, with a value that would work, anything that does not
 fit:
 
-- per node (with tensor_parallel_size N each Spark holds 1/N of the weights and of the KV heads):
+- per node (a model on tensor_parallel_size T x pipeline_parallel_size P Sparks: each holds 1/(T x P) of the
+  weights, 1/T of the KV heads and its stage's layers, module_utils/parallel_layout.py):
   pool = ceil(MemTotal x gpu_memory_utilization); KV cache = pool - weights - overhead;
 - the KV cache as vLLM 0.33 lays it out (module_utils/kv_cache_pages.py: pages of block_size tokens per layer,
   the layers in groups, a block one page of every layer slot of a group; one max_model_len sequence takes its
@@ -42,6 +43,7 @@ from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_
 from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, AttentionLayout, kv_bytes_per_token_per_layer
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
+from ansible.module_utils.parallel_layout import MAX_GROUP, group_size, largest_stage_share
 from ansible.module_utils.recipe_rules import (
     apply_overrides,
     kv_cache_memory_bytes,
@@ -109,6 +111,9 @@ class PlanInputs:
     # --kv-cache-memory-bytes (recipe key kv_cache_memory_gib): vLLM then takes exactly this for the KV cache and
     # no longer sizes it from the share; the share still counts for the OS reserve and vLLM's start check.
     kv_cache_memory_bytes: int | None = None
+    # Pipeline stages (--pipeline-parallel-size): with tensor_parallel_size, the group of Sparks the model runs on
+    # (module_utils/parallel_layout.py); each stage holds its share of the layers.
+    pipeline_parallel_size: int = 1
     overhead_gib: float = 2.0
     os_reserve_min_gib: float = 8.0
     max_gpu_memory_utilization: float = DEFAULT_MAX_GPU_MEMORY_UTILIZATION
@@ -231,6 +236,7 @@ def build_inputs(
         kv_cache_dtype=recipe["kv_cache_dtype"],
         kv_cache_dtype_resolved=resolved_kv_cache_dtype(recipe),
         tensor_parallel_size=recipe["tensor_parallel_size"],
+        pipeline_parallel_size=int(recipe.get("pipeline_parallel_size") or 1),
         weight_bytes=float(architecture["weight_bytes"]),
         attention_layers=architecture["attention_layers"],
         kv_heads=architecture["kv_heads"],
@@ -267,9 +273,14 @@ def build_inputs(
 # Arithmetic (per node)
 
 
+def nodes(inputs: PlanInputs) -> int:
+    """The Sparks the model runs on: tensor_parallel_size x pipeline_parallel_size, one GPU each."""
+    return group_size(inputs.tensor_parallel_size, inputs.pipeline_parallel_size)
+
+
 def weights_bytes_per_node(inputs: PlanInputs) -> float:
-    """The model's weights and its draft's, this node's share."""
-    return (inputs.weight_bytes + inputs.draft_weight_bytes) / inputs.tensor_parallel_size
+    """The model's weights and its draft's, this node's share (each rank of the group holds 1/nodes of them)."""
+    return (inputs.weight_bytes + inputs.draft_weight_bytes) / nodes(inputs)
 
 
 def without_draft(inputs: PlanInputs) -> PlanInputs:
@@ -285,17 +296,21 @@ def attention_layout(inputs: PlanInputs) -> AttentionLayout:
     defaults of a recipe that does not describe its attention kinds: every attention layer full, no Mamba layer."""
     sliding = inputs.sliding_window_layers
     full = inputs.attention_layers - sliding if inputs.full_attention_layers is None else inputs.full_attention_layers
+    # A pipeline stage holds its share of each kind of layer (the largest stage's, vLLM's split).
+    stages = inputs.pipeline_parallel_size
+    sliding, full = largest_stage_share(sliding, stages), largest_stage_share(full, stages)
+    mamba = largest_stage_share(inputs.mamba_layers, stages)
     full += inputs.draft_attention_layers
     return AttentionLayout(
         model_type=inputs.name,
         kind=inputs.attention_kind,
-        layers=full + sliding + inputs.mamba_layers,
+        layers=full + sliding + mamba,
         full_attention_layers=full,
         sliding_window_layers=sliding,
         sliding_window=inputs.sliding_window,
         kv_heads=inputs.kv_heads,
         head_dim=inputs.head_dim,
-        mamba_layers=inputs.mamba_layers,
+        mamba_layers=mamba,
     )
 
 
@@ -330,7 +345,7 @@ def cache_layers(inputs: PlanInputs) -> CacheLayers:
         max_in_flight_tokens=inputs.concurrent_batches * inputs.max_num_batched_tokens,
         mla=layout.kind == "mla",
         mamba_kind=inputs.mamba_kind,
-        mamba_layers=inputs.mamba_layers,
+        mamba_layers=layout.mamba_layers,
         mamba_state_bytes=state,
         prefix_caching=inputs.prefix_caching,
         speculative_tokens=inputs.speculative_tokens,
@@ -482,23 +497,25 @@ def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
 
 def _bigger_setup_hint(inputs: PlanInputs) -> str:
     """What to try when the nodes cannot hold the model at any safe utilization."""
-    if inputs.tensor_parallel_size > 1:
+    if nodes(inputs) * 2 > MAX_GROUP:
         return "use a smaller quantization (e.g. NVFP4)"
-    utilization = safe_utilization_holding(replace(inputs, tensor_parallel_size=2), inputs.max_model_len)
+    bigger = replace(inputs, tensor_parallel_size=inputs.tensor_parallel_size * 2)
+    utilization = safe_utilization_holding(bigger, inputs.max_model_len)
+    size = nodes(bigger)
     if utilization is None:
         return (
-            "use a smaller quantization (e.g. NVFP4); even tensor_parallel_size 2 (two Sparks) would not hold it "
-            f"with one {inputs.max_model_len:,}-token sequence"
+            f"use a smaller quantization (e.g. NVFP4); even tensor_parallel_size {bigger.tensor_parallel_size} "
+            f"({size} Sparks) would not hold it with one {inputs.max_model_len:,}-token sequence"
         )
     return (
-        f"use a smaller quantization (e.g. NVFP4), or set {inputs.name}.tensor_parallel_size to 2 (two Sparks) "
-        f"with gpu_memory_utilization {utilization:.2f}"
+        f"use a smaller quantization (e.g. NVFP4), or set {inputs.name}.tensor_parallel_size to "
+        f"{bigger.tensor_parallel_size} ({size} Sparks) with gpu_memory_utilization {utilization:.2f}"
     )
 
 
 def _weights_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool) -> str:
     weights, overhead = weights_bytes_per_node(inputs), overhead_bytes(inputs)
-    per_node = " per node" if inputs.tensor_parallel_size > 1 else ""
+    per_node = " per node" if nodes(inputs) > 1 else ""
     found = (
         f"the weights ({gib_text(weights)}{per_node}) plus overhead ({gib_text(overhead)}) need "
         f"{gib_text(weights + overhead)}, more than the {gib_text(pool_bytes(inputs, utilization))} pool "
@@ -522,9 +539,9 @@ def _weights_reason(inputs: PlanInputs, utilization: float, at_safe_limit: bool)
             f"{capacity:,} tokens: set gpu_memory_utilization to {safe:.2f} and {inputs.name}.max_model_len to "
             f"{shorter} or lower, or {_bigger_setup_hint(inputs)}"
         )
-    nodes = "one Spark" if inputs.tensor_parallel_size == 1 else f"{inputs.tensor_parallel_size} Sparks"
+    sparks = "one Spark" if nodes(inputs) == 1 else f"{nodes(inputs)} Sparks"
     return (
-        f"{label}: {found}; the model does not fit {nodes} at any safe gpu_memory_utilization: "
+        f"{label}: {found}; the model does not fit {sparks} at any safe gpu_memory_utilization: "
         f"{_bigger_setup_hint(inputs)}"
     )
 
@@ -650,7 +667,7 @@ def draft_cost(inputs: PlanInputs) -> str:
     the planned utilization."""
     utilization = inputs.gpu_memory_utilization
     lost = sequences_held(without_draft(inputs), utilization) - sequences_held(inputs, utilization)
-    weights = inputs.draft_weight_bytes / inputs.tensor_parallel_size
+    weights = inputs.draft_weight_bytes / nodes(inputs)
     layers = inputs.draft_attention_layers
     return (
         f"the draft takes {gib_text(weights)} of weights and {layers} attention layer{'s' if layers != 1 else ''} "
@@ -688,10 +705,10 @@ def summary(memory_plan: MemoryPlan) -> str:
     """One human line: what goes where, the concurrency (in the words of vLLM's own log line) and the speed."""
     inputs = memory_plan.inputs
     found = memory_plan.groups
-    nodes = "" if inputs.tensor_parallel_size == 1 else f" per node of {inputs.tensor_parallel_size}"
+    per_node = "" if nodes(inputs) == 1 else f" per node of {nodes(inputs)}"
     verdict = "fits" if memory_plan.fits else "DOES NOT FIT"
     line = (
-        f"{inputs.name} {verdict}{nodes}: weights {gib_text(memory_plan.weights_bytes)} + non-KV estimate "
+        f"{inputs.name} {verdict}{per_node}: weights {gib_text(memory_plan.weights_bytes)} + non-KV estimate "
         f"{gib_text(overhead_bytes(inputs))} + KV cache {gib_text(memory_plan.kv_cache_bytes)}"
         f"{' (kv_cache_memory_gib)' if inputs.kv_cache_memory_bytes is not None else ''} in a "
         f"{gib_text(memory_plan.pool_bytes)} pool (gpu_memory_utilization {inputs.gpu_memory_utilization:.2f} of "
@@ -750,6 +767,7 @@ def as_dict(memory_plan: MemoryPlan) -> dict[str, Any]:
         "kv_cache_gib": round(memory_plan.kv_cache_bytes / GIB, 2),
         "memory_total_gib": round(inputs.memory_total_bytes / GIB, 2),
         "tensor_parallel_size": inputs.tensor_parallel_size,
+        "pipeline_parallel_size": inputs.pipeline_parallel_size,
         "gpu_memory_utilization": inputs.gpu_memory_utilization,
         "max_model_len": inputs.max_model_len,
         "max_num_seqs": inputs.max_num_seqs,
@@ -777,6 +795,7 @@ def unplanned_dict(reasons: list[str]) -> dict[str, Any]:
         "kv_cache_gib",
         "memory_total_gib",
         "tensor_parallel_size",
+        "pipeline_parallel_size",
         "gpu_memory_utilization",
         "max_model_len",
         "max_num_seqs",

@@ -1051,6 +1051,8 @@ def architecture_figures(
         "mtp_params_b": mtp / 1e9,
         "mtp_weight_bytes": mtp_bytes,
         "attention_layers": layout.attention_layers,
+        # What tensor parallelism splits (module_utils/parallel_layout.py; vLLM's total_num_attention_heads).
+        "attention_heads": text_keys(config).integer("num_attention_heads"),
         "kv_heads": layout.kv_heads,
         "head_dim": layout.head_dim,
         "max_context": context,
@@ -1087,6 +1089,7 @@ def architecture_figures(
     )
     sources = {
         **layout.sources,
+        "attention_heads": text_keys(config).where("num_attention_heads"),
         "total_params_b": weights["source"] + mtp_params_left_out,
         "active_params_b": f"{active_source}; output head {tied_source}",
         "bytes_per_param": "weight_bytes / total parameters",

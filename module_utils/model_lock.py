@@ -137,6 +137,10 @@ def moved_entry(old: Mapping | None, commit: str, now: str) -> dict:
     return {"commit": commit, "previous_commit": (old or {}).get("commit"), "locked_at": now}
 
 
+# Figures the planner reads that a recipe need not state: the lock's measurement supplies them.
+MEASURED_OPTIONAL = ("attention_heads",)
+
+
 def measured_architecture(
     recipe: Mapping, figures: Mapping[str, Mapping], label: str, own: Mapping | None = None
 ) -> tuple[dict, list[str]]:
@@ -149,9 +153,9 @@ def measured_architecture(
     if not measured or not isinstance(stated, Mapping):
         return {}, []
     own = own if isinstance(own, Mapping) else {}
-    override = {
-        key: measured[key] for key in stated if key in measured and measured[key] is not None and key not in own
-    }
+    # The keys the recipe states, and those the planner reads that a recipe may leave out (attention_heads).
+    keys = [*stated, *(key for key in MEASURED_OPTIONAL if key not in stated)]
+    override = {key: measured[key] for key in keys if key in measured and measured[key] is not None and key not in own}
     notes = []
     estimate, found = stated.get("weight_bytes"), override.get("weight_bytes")
     numbers = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in (estimate, found))

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from ansible.module_utils import input_rules, model_kinds, model_lock, speculative
+from ansible.module_utils import input_rules, model_kinds, model_lock, parallel_layout, speculative
 from ansible.module_utils.kv_cache_pages import mamba_dims_problems
 from ansible.module_utils.model_config_figures import (
     FAMILIES,
@@ -41,6 +41,7 @@ ROLE_FLAGS = {
     "revision": "hf_revision",
     "served-model-name": "served_model_name (and served_aliases)",
     "tensor-parallel-size": "tensor_parallel_size",
+    "pipeline-parallel-size": "pipeline_parallel_size",
     "host": "vllm_server_listen_address",
     "port": "the port of the vllm_server_models entry",
     "api-key": "vllm_server_api_key (kept in a root-only file)",
@@ -69,7 +70,7 @@ ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context"
 # Optional architecture keys that describe the attention kinds (library/hf_model_figures returns them; recipes/
 # README.md). Without them a recipe means: every attention layer is full attention, no Mamba state.
 ATTENTION_KINDS = ("full", "mla")
-ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers")
+ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers", "attention_heads")
 MAMBA_KINDS = ("mamba2", "gated_delta_net")
 # The hybrid model types (config.json's model_type, of the text model) and the recurrent layers vLLM builds for
 # them: a recipe naming one must declare those layers (model_config_figures.FAMILIES says which families are hybrid).
@@ -234,7 +235,30 @@ def schema_problems(recipe: dict, label: str = "recipe") -> list[str]:
         problems += _published_problems(get("published_eval"), f"{label}.published_eval", _eval_row_problems)
     if "published_arena" in recipe:
         problems += _published_problems(get("published_arena"), f"{label}.published_arena", _arena_row_problems)
+    if "published_topology" in recipe:
+        problems += _topology_problems(get("published_topology"), f"{label}.published_topology")
     return problems + plan_problems(recipe, label)
+
+
+def _topology_problems(published: object, label: str) -> list[str]:
+    """published_topology (optional): the model measured on a group of `sparks` against as many Sparks serving
+    alone behind a router, decode tok/s per concurrency (module_utils/topology.py shows it)."""
+    problems = _published_problems(published, label, _topology_row_problems)
+    if isinstance(published, dict):
+        sparks = published.get("sparks")
+        if not (_is_int(sparks) and 2 <= sparks <= parallel_layout.MAX_GROUP):
+            problems.append(f"{label}.sparks={sparks!r}: expected the group's size, 2 to {parallel_layout.MAX_GROUP}")
+        if not isinstance(published.get("measured"), str) or not published["measured"]:
+            problems.append(f"{label}.measured is missing: say how it was measured (tool, prompt, output, date)")
+    return problems
+
+
+def _topology_row_problems(row: dict, where: str) -> list[str]:
+    problems = [] if _positive_int(row.get("concurrency")) else [f"{where}.concurrency: expected a positive integer"]
+    for key in ("group_tok_s", "solo_tok_s"):
+        if not _positive_number(row.get(key)):
+            problems.append(f"{where}.{key}={row.get(key)!r}: expected a positive number")
+    return problems
 
 
 def _alias_problems(recipe: dict, label: str) -> list[str]:
@@ -329,12 +353,20 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
     problems: list[str] = []
     need = _checker(recipe, label, problems)
     get = recipe.get
-    # One Spark, or two linked by ConnectX-7: vLLM's multi-node launch here knows no other size.
+    # One Spark, or a group of them linked by ConnectX-7, one GPU each: tensor x pipeline parallel Sparks.
+    sizes = range(1, parallel_layout.MAX_GROUP + 1)
     need(
         "tensor_parallel_size",
-        _is_int(get("tensor_parallel_size")) and get("tensor_parallel_size") in (1, 2),
-        "1 (one Spark) or 2 (the two Sparks of a pair)",
+        _is_int(get("tensor_parallel_size")) and get("tensor_parallel_size") in sizes,
+        f"1 (one Spark) to {parallel_layout.MAX_GROUP}: the Sparks that split each layer",
     )
+    if get("pipeline_parallel_size") is not None:
+        need(
+            "pipeline_parallel_size",
+            _is_int(get("pipeline_parallel_size")) and get("pipeline_parallel_size") in sizes,
+            f"1 to {parallel_layout.MAX_GROUP}: the stages the layers split into, each on its own Sparks (or leave "
+            "it out: 1)",
+        )
     utilization = get("gpu_memory_utilization")
     need(
         "gpu_memory_utilization",
@@ -365,8 +397,21 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
     problems += _measured_problems(get("measured"), f"{label}.measured")
     if problems:
         return problems
-    found = _context_problems(recipe, label) + _kv_layout_problems(recipe, label)
+    found = _context_problems(recipe, label) + _kv_layout_problems(recipe, label) + _parallel_problems(recipe, label)
     return found + speculative.draft_plan_problems(recipe, label)
+
+
+def _parallel_problems(recipe: Mapping, label: str) -> list[str]:
+    """vLLM's rules for splitting the model over its group (module_utils/parallel_layout.py)."""
+    architecture = recipe["architecture"]
+    return parallel_layout.problems(
+        label,
+        recipe["tensor_parallel_size"],
+        recipe.get("pipeline_parallel_size") or 1,
+        attention_heads=architecture.get("attention_heads"),
+        kv_heads=architecture["kv_heads"],
+        layers=architecture["attention_layers"] + (architecture.get("mamba_layers") or 0),
+    )
 
 
 def _architecture_problems(architecture: Mapping, label: str) -> list[str]:
@@ -688,6 +733,8 @@ def serve_args(recipe: dict, flag_specs: dict) -> list[str]:
         args += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes(recipe["kv_cache_memory_gib"]))]
     if recipe["tensor_parallel_size"] > 1:
         args += ["--tensor-parallel-size", str(recipe["tensor_parallel_size"])]
+    if (recipe.get("pipeline_parallel_size") or 1) > 1:
+        args += ["--pipeline-parallel-size", str(recipe["pipeline_parallel_size"])]
     for name, value in recipe["serve_flags"].items():
         spec = flag_specs[name]
         kind = spec.kind

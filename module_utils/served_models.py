@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import model_kinds, speculative
+from ansible.module_utils import model_kinds, parallel_layout, speculative
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
@@ -34,9 +34,6 @@ CONTAINER_MOUNTS = (
     ("cache/flashinfer", "/root/.cache/flashinfer"),
     ("cache/triton", "/root/.triton"),
 )
-
-# RDMA for NCCL where a pair's host has it (spark-facts.md: --device=/dev/infiniband, IPC_LOCK, memlock).
-RDMA_DOCKER_ARGS = ("--device", "/dev/infiniband", "--cap-add", "IPC_LOCK", "--ulimit", "memlock=-1")
 
 
 def unit_slug(served_model_name: str) -> str:
@@ -77,11 +74,11 @@ def volumes(data_dir: str) -> list[str]:
     return [f"{folder}:{container}" for folder, container in zip(cache_dirs(data_dir), containers, strict=True)]
 
 
-def pair_args(node: dict) -> list[str]:
-    """The arguments a two-Spark model adds on one rank of its pair: both ranks run the same command line, the
-    worker headless, every socket on the link (spark_fabric_node, from roles/spark_fabric)."""
+def pair_args(node: dict, nodes: int) -> list[str]:
+    """The arguments a model on NODES Sparks adds on one rank of its group: every rank runs the same command line,
+    all but the head headless, every socket on the link (spark_fabric_node, from roles/spark_fabric)."""
     rank = int(node["rank"])
-    args = ["--nnodes", "2", "--node-rank", str(rank)]
+    args = ["--nnodes", str(nodes), "--node-rank", str(rank)]
     args += ["--master-addr", str(node["head_address"]), "--master-port", str(node["master_port"])]
     return args + (["--headless"] if rank > 0 else [])
 
@@ -102,7 +99,8 @@ def resolve_model(
     """One served model, everything the roles need about it. `recipe` is checked and merged with its overrides,
     `serve_args` and `env` come from it (library/vllm_recipe's rules), `plan` is its share of the host's plan."""
     slug = unit_slug(recipe["served_model_name"])
-    multinode = recipe["tensor_parallel_size"] > 1
+    nodes = parallel_layout.group_size(recipe["tensor_parallel_size"], recipe.get("pipeline_parallel_size") or 1)
+    multinode = nodes > 1
     # A two-Spark model on a host in no pair is refused by the role's check right after (it names the fix);
     # until then it resolves as rank 0 without pair arguments.
     paired = multinode and "rank" in fabric
@@ -135,16 +133,19 @@ def resolve_model(
         "recipe_image": recipe.get("image") or "",
         "gpu_memory_utilization": recipe["gpu_memory_utilization"],
         "plan": plan,
-        # Two Sparks (tensor parallel 2): both run the same command, rank 1 headless; every socket on the link.
+        # A group of Sparks: every rank runs the same command, all but rank 0 headless; every socket on the link.
         "multinode": multinode,
+        # The Sparks it runs on (tensor_parallel_size x pipeline_parallel_size, module_utils/parallel_layout.py).
+        "nodes": nodes,
         "rank": rank,
         # Whether this unit answers the API (a pair's worker does not: it is reached through its head).
         "api": rank == 0,
         "pair": fabric["pair"] if paired else "",
         "head": fabric["head"] if paired else host,
-        "serve_args": serve_args + (pair_args(fabric) if paired else []),
+        "serve_args": serve_args + (pair_args(fabric, nodes) if paired else []),
         "env": {**env, **(fabric.get("env", {}) if paired else {})},
-        "docker_args": list(RDMA_DOCKER_ARGS) if paired and fabric.get("rdma") else [],
+        # The fabric's container arguments (RDMA devices where the host has them: spark_fabric_node).
+        "docker_args": list(fabric.get("docker_args", [])) if paired else [],
         # A pair's own read-only mounts (the host's NCCL, when it loads that: spark_fabric_node).
         "volumes": volumes(data_dir) + (list(fabric.get("mounts", [])) if paired else []),
     }

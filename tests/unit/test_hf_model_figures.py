@@ -389,10 +389,13 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
     assert (dims and mamba_state_bytes(architecture["mamba_kind"], dims, architecture["dtype"])) == (
         state_bytes or None
     )
-    assert architecture["model_type"] == (model.config.get("text_config") or model.config)["model_type"]
+    text_config = model.config.get("text_config") or model.config
+    assert architecture["model_type"] == text_config["model_type"]
+    assert architecture["attention_heads"] == text_config["num_attention_heads"]
     assert set(architecture) == {
         *expected,
         "model_type",
+        "attention_heads",
         "total_params_b",
         "active_params_b",
         "bytes_per_param",

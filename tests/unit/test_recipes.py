@@ -308,8 +308,10 @@ PLAN_BAD_INPUTS = [
     ({"max_num_seqs": -1}, "max_num_seqs=-1: expected a positive integer"),
     ({"max_num_seqs": 2.5}, "max_num_seqs=2.5: expected a positive integer"),
     ({"max_num_seqs": None}, "max_num_seqs=None: expected a positive integer"),
-    ({"tensor_parallel_size": 0}, "tensor_parallel_size=0: expected 1 (one Spark) or 2"),
-    ({"tensor_parallel_size": 4}, "tensor_parallel_size=4: expected 1 (one Spark) or 2"),  # the planner took any
+    ({"tensor_parallel_size": 0}, "tensor_parallel_size=0: expected 1 (one Spark) to 8"),
+    ({"tensor_parallel_size": 16}, "tensor_parallel_size=16: expected 1 (one Spark) to 8"),  # the planner took any
+    ({"pipeline_parallel_size": 0}, "pipeline_parallel_size=0: expected 1 to 8"),
+    ({"pipeline_parallel_size": "2"}, "pipeline_parallel_size='2': expected 1 to 8"),
     ({"kv_cache_dtype": "fp4"}, "kv_cache_dtype='fp4': expected one of auto, bfloat16"),
     ({"kv_cache_dtype": "nvfp4"}, "kv_cache_dtype='nvfp4': expected one of auto, bfloat16"),  # vLLM has it
     ({"kv_cache_dtype": "fp8_ds_mla"}, "kv_cache_dtype='fp8_ds_mla': kv_cache_dtype 'fp8_ds_mla' is for multi-head"),
@@ -391,10 +393,10 @@ def test_long_context_is_refused_without_the_env_and_the_reason_says_how():
 
 def test_every_recipe_problem_the_planner_reads_is_also_a_schema_problem():
     # schema_problems() runs plan_problems(): a whole recipe meets the planner's rules, one message each.
-    bad = apply_overrides(base(), {"tensor_parallel_size": 4, "max_model_len": 10**9})
+    bad = apply_overrides(base(), {"tensor_parallel_size": 16, "max_model_len": 10**9})
     problems = schema_problems(bad, "label")
     assert problems == plan_problems(bad, "label")
-    assert [problem.split(":")[0] for problem in problems] == ["label.tensor_parallel_size=4"]
+    assert [problem.split(":")[0] for problem in problems] == ["label.tensor_parallel_size=16"]
 
 
 # --- reading a recipe a module option gives (a name, or a mapping) ------------------------------------------

@@ -273,7 +273,7 @@ SUGGESTION = {
     "tensor_parallel_size": r"tensor_parallel_size to (\d+)",
 }
 # With tensor_parallel_size, the utilization that goes with it.
-TP_UTILIZATION = r"tensor_parallel_size to \d+ \(two Sparks\) with gpu_memory_utilization (\d\.\d\d)"
+TP_UTILIZATION = r"tensor_parallel_size to \d+ \(\d Sparks\) with gpu_memory_utilization (\d\.\d\d)"
 
 
 def follow(recipe: dict, overrides: dict, settings: dict, reasons: tuple[str, ...], keys: tuple[str, ...]) -> dict:

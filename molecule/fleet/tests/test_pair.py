@@ -1,14 +1,20 @@
 """fleet-1 and fleet-2 serve one model together (tensor parallel 2, vLLM's native multi-node mode): the same
 command on both with rank 0 and a headless rank 1, every socket pinned to the pair's own network (the stand-in
-for the ConnectX-7 link), and a head that serves only while its worker is in."""
+for the ConnectX-7 link), a head that serves only while its worker is in, and a bandwidth gate measured in the
+pinned image before the pair starts."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import testinfra
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import run_site, said
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 UNIT = "vllm-qwen3-0.6b"
@@ -59,3 +65,36 @@ def test_the_head_goes_down_with_its_worker_and_both_come_back_by_themselves():
     else:
         raise AssertionError(head.check_output(f"journalctl -u {UNIT} --no-pager -n 30"))
     assert "went away" in head.check_output(f"journalctl -u {UNIT} --no-pager")
+
+
+def kept_bandwidth(name: str) -> dict:
+    return json.loads(host(name).check_output("cat /var/lib/sparkfleet/fabric/bandwidth.json"))
+
+
+def test_the_pairs_bandwidth_was_measured_in_the_image_it_serves_from_over_the_fabric():
+    kept = {name: kept_bandwidth(name) for name in FABRIC}
+    assert kept["fleet-1"]["key"] == kept["fleet-2"]["key"]
+    result = kept["fleet-1"]
+    assert result["group"] == "fleet_pair" and result["busbw_gbs"] > 0
+    # The stand-in image's stand-in torch ran the script (the real torch runs it in tests/unit).
+    assert "# torch 0.0.0+sparkfleet.standin backend nccl" in result["output"]
+    assert "# Collective test concluded: all_reduce_perf" in result["output"]
+    assert result["image"] == container("fleet-1")["Image"]  # the image the pair serves from (the rolling update's)
+
+
+def test_a_rerun_judges_the_kept_result_and_a_pair_below_the_threshold_is_refused_and_left_running():
+    before = {name: host(name).check_output(f"systemctl show -P InvocationID {UNIT}") for name in FABRIC}
+    # The first run measures only if the tests before changed a setting the result is kept with; the second judges
+    # the kept figure either way.
+    for _ in range(2):
+        kept = run_site("--tags", "fabric", "--limit", "fleet_pair")
+        assert kept.returncode == 0, said(kept)[-3000:]
+    assert "(kept from the last test with these settings)" in said(kept)
+    assert "docker run" not in said(kept)
+    refused = run_site("--tags", "fabric", "--limit", "fleet_pair", "-e", "spark_fabric_min_busbw_gbs=100000")
+    assert refused.returncode != 0
+    assert "group fleet_pair: bus bandwidth" in said(refused)
+    assert "below the 100000 GB/s the group needs (spark_fabric_min_busbw_gbs); likely causes: (1)" in said(refused)
+    assert "The pair's model is not started" in said(refused)
+    after = {name: host(name).check_output(f"systemctl show -P InvocationID {UNIT}") for name in FABRIC}
+    assert after == before  # the running pair was not touched
