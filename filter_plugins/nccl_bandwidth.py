@@ -2,7 +2,8 @@
 loaded from that file since a controller plugin cannot import the project's module_utils as a package):
 
 - `OUTPUT | nccl_bandwidth_judge(MIN_GBS, GROUP)`: {passed, busbw, message, largest, average_busbw, collective} for
-  a bandwidth test's output (nccl-tests format) against MIN_GBS.
+  a bandwidth test's output (nccl-tests format) against MIN_GBS;
+- `VERDICT | nccl_bandwidth_metrics(GROUP, MIN_GBS, MEASURED_AT)`: that verdict as node_exporter textfile metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def nccl_bandwidth_judge(output: str, min_busbw_gbs: float, group: str) -> dict:
     }
 
 
+def nccl_bandwidth_metrics(result: dict, group: str, min_busbw_gbs: float, measured_at: float) -> str:
+    return nccl_bandwidth_rules.textfile_metrics(
+        str(group), result.get("busbw"), float(min_busbw_gbs), bool(result.get("passed")), float(measured_at)
+    )
+
+
 class FilterModule:
     def filters(self) -> dict:
-        return {"nccl_bandwidth_judge": nccl_bandwidth_judge}
+        return {"nccl_bandwidth_judge": nccl_bandwidth_judge, "nccl_bandwidth_metrics": nccl_bandwidth_metrics}

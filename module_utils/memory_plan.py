@@ -43,7 +43,12 @@ from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_
 from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, AttentionLayout, kv_bytes_per_token_per_layer
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
-from ansible.module_utils.parallel_layout import MAX_GROUP, group_size, largest_stage_share
+from ansible.module_utils.parallel_layout import (
+    LARGEST_GROUP_TODAY,
+    group_size,
+    largest_stage_share,
+    stage_layers,
+)
 from ansible.module_utils.recipe_rules import (
     apply_overrides,
     kv_cache_memory_bytes,
@@ -188,7 +193,13 @@ def batching(recipe: Mapping) -> tuple[int, int]:
     flags = recipe.get("serve_flags")
     flags = flags if isinstance(flags, Mapping) else {}
     tokens = whole_number(flags.get("max-num-batched-tokens"))
-    batches = 1 if flags.get("async-scheduling") is False else 2
+    asynchronous = flags.get("async-scheduling") is not False
+    batches = 2 if asynchronous else 1
+    # Pipeline stages keep one batch each in flight, and one more with async scheduling on vLLM's V2 model runner
+    # (VllmConfig.max_concurrent_batches); the larger count is planned.
+    stages = recipe.get("pipeline_parallel_size") or 1
+    if isinstance(stages, int) and stages > 1:
+        batches = stages + 1 if asynchronous else stages
     return (DEFAULT_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens), batches
 
 
@@ -279,8 +290,16 @@ def nodes(inputs: PlanInputs) -> int:
 
 
 def weights_bytes_per_node(inputs: PlanInputs) -> float:
-    """The model's weights and its draft's, this node's share (each rank of the group holds 1/nodes of them)."""
-    return (inputs.weight_bytes + inputs.draft_weight_bytes) / nodes(inputs)
+    """The model's weights and its draft's on the fullest node. Tensor parallelism splits every layer evenly.
+    Pipeline stages are uneven: the largest stage's layers (vLLM's split), plus one layer's worth for the input
+    embedding or output head that the first and last stage also hold. The draft runs whole on the last stage,
+    split only by tensor parallelism (vLLM gives it pipeline_parallel_size 1)."""
+    tp, stages = inputs.tensor_parallel_size, inputs.pipeline_parallel_size
+    if stages == 1:
+        return (inputs.weight_bytes + inputs.draft_weight_bytes) / tp
+    layers = inputs.attention_layers + inputs.mamba_layers
+    largest = max(stage_layers(layers, stages)) + 1
+    return (inputs.weight_bytes * min(1.0, largest / layers) + inputs.draft_weight_bytes) / tp
 
 
 def without_draft(inputs: PlanInputs) -> PlanInputs:
@@ -497,7 +516,7 @@ def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
 
 def _bigger_setup_hint(inputs: PlanInputs) -> str:
     """What to try when the nodes cannot hold the model at any safe utilization."""
-    if nodes(inputs) * 2 > MAX_GROUP:
+    if nodes(inputs) * 2 > LARGEST_GROUP_TODAY:
         return "use a smaller quantization (e.g. NVFP4)"
     bigger = replace(inputs, tensor_parallel_size=inputs.tensor_parallel_size * 2)
     utilization = safe_utilization_holding(bigger, inputs.max_model_len)
@@ -667,7 +686,7 @@ def draft_cost(inputs: PlanInputs) -> str:
     the planned utilization."""
     utilization = inputs.gpu_memory_utilization
     lost = sequences_held(without_draft(inputs), utilization) - sequences_held(inputs, utilization)
-    weights = inputs.draft_weight_bytes / nodes(inputs)
+    weights = inputs.draft_weight_bytes / inputs.tensor_parallel_size
     layers = inputs.draft_attention_layers
     return (
         f"the draft takes {gib_text(weights)} of weights and {layers} attention layer{'s' if layers != 1 else ''} "

@@ -129,3 +129,26 @@ def _size(size: int) -> str:
         if size >= scale and size % scale == 0:
             return f"{size // scale} {unit}"
     return f"{size} B"
+
+
+def textfile_metrics(group: str, busbw: float | None, min_busbw_gbs: float, passed: bool, measured_at: float) -> str:
+    """The group's last bandwidth test as node_exporter textfile metrics (Prometheus' text format)."""
+    label = str(group).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    lines = [
+        "# HELP sparkfleet_fabric_busbw_gbs Bus bandwidth of the group's last all-reduce test (GB/s, largest size).",
+        "# TYPE sparkfleet_fabric_busbw_gbs gauge",
+    ]
+    if busbw is not None:
+        lines.append(f'sparkfleet_fabric_busbw_gbs{{group="{label}"}} {float(busbw):g}')
+    lines += [
+        "# HELP sparkfleet_fabric_min_busbw_gbs The bus bandwidth the group needs (spark_fabric_min_busbw_gbs).",
+        "# TYPE sparkfleet_fabric_min_busbw_gbs gauge",
+        f'sparkfleet_fabric_min_busbw_gbs{{group="{label}"}} {float(min_busbw_gbs):g}',
+        "# HELP sparkfleet_fabric_bandwidth_passed 1 when the group's last test reached the bandwidth it needs.",
+        "# TYPE sparkfleet_fabric_bandwidth_passed gauge",
+        f'sparkfleet_fabric_bandwidth_passed{{group="{label}"}} {1 if passed else 0}',
+        "# HELP sparkfleet_fabric_bandwidth_timestamp_seconds When the group's bandwidth was last measured.",
+        "# TYPE sparkfleet_fabric_bandwidth_timestamp_seconds gauge",
+        f'sparkfleet_fabric_bandwidth_timestamp_seconds{{group="{label}"}} {float(measured_at):.0f}',
+    ]
+    return "\n".join(lines) + "\n"

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 # The largest group: NVIDIA's own multi-Spark setup script takes 2 to 4 through a switch, community clusters run 8.
 MAX_GROUP = 8
+# The largest group the inventory takes today (roles/spark_fabric: a pair); the planner suggests no larger one.
+LARGEST_GROUP_TODAY = 2
 
 
 def group_size(tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> int:

@@ -156,8 +156,8 @@ def test_a_two_spark_model_on_a_single_spark_is_refused(runs):
     done = runs.result("two-spark-model-on-a-single-spark")
     assert done.returncode != 0
     assert (
-        "spark-1: vllm_server_models[0] (qwen3-0.6b) has tensor_parallel_size 2, so it runs on two Sparks linked by "
-        "ConnectX-7: this host is in no pair." in said(done)
+        "spark-1: vllm_server_models[0] (qwen3-0.6b) has tensor_parallel_size 2 and pipeline_parallel_size 1, so it "
+        "runs on 2 Sparks linked by ConnectX-7, one GPU each: this host is in no pair." in said(done)
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from helpers.vllm_standin import API_KEY, FAST, Server, request, sse_events, sta
 CONTRACT = ROOT / "tests" / "contracts" / "vllm"
 SCHEMAS = json.loads((CONTRACT / "openai-schemas.json").read_text())["schemas"]
 METRICS = json.loads((CONTRACT / "metrics.json").read_text())["metrics"]
+AUTH_GUARDED = json.loads((CONTRACT / "auth.json").read_text())["guarded_prefixes"]
 JSON_TYPES = {
     "object": dict,
     "array": list,
@@ -183,9 +185,19 @@ def test_a_pooling_server_answers_in_vllms_schemas_and_has_no_generation_api(poo
     for server, path in ((pooling["embed"], "/v1/chat/completions"), (pooling["rerank"], "/v1/embeddings")):
         status, raw, _ = request(server, "POST", path, {"model": "x", "messages": []})
         assert (status, json.loads(raw)) == (404, {"detail": "Not Found"})
-    # vLLM's key guards /v1 paths only: /rerank answers without it, /v1/rerank does not.
+    # vLLM's key guards its GUARDED_PREFIX paths only (the contract's auth.json): /rerank answers without it,
+    # /v1/rerank and /v2/rerank do not.
+    assert AUTH_GUARDED == ["/v1", "/v2", "/inference", "/cohere"]
     assert request(pooling["rerank"], "POST", "/v1/rerank", body, key=None)[0] == 401
+    assert request(pooling["rerank"], "POST", "/v2/rerank", body, key=None)[0] == 401
     assert request(pooling["rerank"], "POST", "/rerank", body, key=None)[0] == 200
+
+
+def test_the_standin_guards_the_paths_vllm_guards() -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "standins" / "vllm"))
+    from vllm_standin.server import GUARDED_PREFIX
+
+    assert list(GUARDED_PREFIX) == AUTH_GUARDED
 
 
 # --- metrics -----------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ ranks on loopback, prints what the same parser reads."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import ROOT
-from nccl_bandwidth import DEFAULT_MIN_BUSBW_GBS, judge, parse
+from nccl_bandwidth import DEFAULT_MIN_BUSBW_GBS, judge, parse, textfile_metrics
 
 RECORDED = ROOT / "tests" / "fixtures" / "recorded" / "nccl-tests"
 SCRIPT = ROOT / "roles" / "spark_fabric" / "files" / "allreduce_bench.py"
@@ -102,3 +103,17 @@ def test_the_gates_script_run_by_two_ranks_prints_what_the_parser_reads(run):
     mean = sum(row["busbw"][0] for row in result["rows"]) / 3
     assert result["average_busbw"] == pytest.approx(mean, rel=0.01, abs=0.01)
     assert outputs[1].strip() == ""  # only rank 0 reports
+
+
+def test_the_result_is_exported_as_metrics_promtool_reads():
+    text = textfile_metrics('pair "a"', 23.74, 21.875, True, 1764000000.4)
+    assert 'sparkfleet_fabric_busbw_gbs{group="pair \\"a\\""} 23.74' in text
+    assert 'sparkfleet_fabric_bandwidth_passed{group="pair \\"a\\""} 1' in text
+    assert 'sparkfleet_fabric_bandwidth_timestamp_seconds{group="pair \\"a\\""} 1764000000' in text
+    # A test that printed no row: no bandwidth series, and not passed.
+    failed = textfile_metrics("p", None, 21.875, False, 0)
+    assert "sparkfleet_fabric_busbw_gbs{" not in failed and 'sparkfleet_fabric_bandwidth_passed{group="p"} 0' in failed
+    if shutil.which("promtool"):
+        for metrics in (text, failed):
+            checked = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
+            assert checked.returncode == 0, checked.stdout + checked.stderr

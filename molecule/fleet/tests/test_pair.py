@@ -84,13 +84,22 @@ def test_the_pairs_bandwidth_was_measured_in_the_image_it_serves_from_over_the_f
 
 def test_a_rerun_judges_the_kept_result_and_a_pair_below_the_threshold_is_refused_and_left_running():
     before = {name: host(name).check_output(f"systemctl show -P InvocationID {UNIT}") for name in FABRIC}
+    # node_exporter's textfile folder (the fleet has no monitoring host to install node_exporter): the result is
+    # exported there once it exists.
+    host("fleet-1").check_output("mkdir -p /var/lib/prometheus/node-exporter")
     # The first run measures only if the tests before changed a setting the result is kept with; the second judges
-    # the kept figure either way.
-    for _ in range(2):
-        kept = run_site("--tags", "fabric", "--limit", "fleet_pair")
-        assert kept.returncode == 0, said(kept)[-3000:]
+    # the kept figure either way, and measures nothing.
+    kept = run_site("--tags", "fabric", "--limit", "fleet_pair")
+    assert kept.returncode == 0, said(kept)[-3000:]
+    stamp = "stat -c %Y /var/lib/sparkfleet/fabric/bandwidth.json"
+    measured = {name: host(name).check_output(stamp) for name in FABRIC}
+    kept = run_site("--tags", "fabric", "--limit", "fleet_pair")
+    assert kept.returncode == 0, said(kept)[-3000:]
     assert "(kept from the last test with these settings)" in said(kept)
-    assert "docker run" not in said(kept)
+    assert {name: host(name).check_output(stamp) for name in FABRIC} == measured
+    metrics = host("fleet-1").check_output("cat /var/lib/prometheus/node-exporter/sparkfleet-fabric.prom")
+    assert f'sparkfleet_fabric_busbw_gbs{{group="fleet_pair"}} {kept_bandwidth("fleet-1")["busbw_gbs"]:g}' in metrics
+    assert 'sparkfleet_fabric_bandwidth_passed{group="fleet_pair"} 1' in metrics
     refused = run_site("--tags", "fabric", "--limit", "fleet_pair", "-e", "spark_fabric_min_busbw_gbs=100000")
     assert refused.returncode != 0
     assert "group fleet_pair: bus bandwidth" in said(refused)
@@ -98,3 +107,5 @@ def test_a_rerun_judges_the_kept_result_and_a_pair_below_the_threshold_is_refuse
     assert "The pair's model is not started" in said(refused)
     after = {name: host(name).check_output(f"systemctl show -P InvocationID {UNIT}") for name in FABRIC}
     assert after == before  # the running pair was not touched
+    metrics = host("fleet-1").check_output("cat /var/lib/prometheus/node-exporter/sparkfleet-fabric.prom")
+    assert 'sparkfleet_fabric_bandwidth_passed{group="fleet_pair"} 0' in metrics

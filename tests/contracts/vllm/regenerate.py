@@ -119,6 +119,14 @@ def schemas() -> dict[str, dict]:
     return out
 
 
+def guarded_prefixes() -> list[str]:
+    """The paths --api-key guards: vLLM's AuthenticationMiddleware lets every other path through (/health,
+    /metrics, /tokenize, /rerank, /score, ...)."""
+    from vllm.entrypoints.serve.middleware.authenticate import GUARDED_PREFIX
+
+    return list(GUARDED_PREFIX)
+
+
 def metric_kind(call: ast.Call) -> str | None:
     """gauge/counter/histogram from calls like self._gauge_cls(...), prometheus_client.Counter(...)."""
     func = call.func
@@ -277,7 +285,12 @@ def main() -> int:
     )
     (ROOT / "recipes" / "vllm-serve-flags.txt").write_text(flag_list)
     found = metrics()
-    for file_name, key, body in (("openai-schemas.json", "schemas", schemas()), ("metrics.json", "metrics", found)):
+    written = (
+        ("openai-schemas.json", "schemas", schemas()),
+        ("metrics.json", "metrics", found),
+        ("auth.json", "guarded_prefixes", guarded_prefixes()),
+    )
+    for file_name, key, body in written:
         document = {"vllm_version": args.version, "generated_by": "tests/contracts/vllm/regenerate.py", key: body}
         (HERE / file_name).write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")
     plans = write_contract(args.version)

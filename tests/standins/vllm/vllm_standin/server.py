@@ -29,6 +29,10 @@ from .engine import Engine, GenerationRequest, TokenEvent
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .recall import recalled_answer
 
+# vLLM 0.33's AuthenticationMiddleware (entrypoints/serve/middleware/authenticate.py): the paths --api-key guards;
+# /health, /metrics, /tokenize, /rerank, /score and the rest stay open (tests/contracts/vllm/auth.json).
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+
 
 class StandinServer(ThreadingHTTPServer):
     """ThreadingHTTPServer that carries the engine and config for its handlers."""
@@ -124,9 +128,10 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _authorized(self) -> bool:
-        """vLLM's AuthenticationMiddleware: only /v1 paths are protected; any configured key is accepted."""
+        """vLLM's AuthenticationMiddleware: only paths under GUARDED_PREFIX are protected; any configured key is
+        accepted."""
         keys = self.server.config.api_keys
-        if not keys or not self.path.startswith("/v1"):
+        if not keys or not self.path.startswith(GUARDED_PREFIX):
             return True
         header = self.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
