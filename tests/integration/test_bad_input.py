@@ -111,7 +111,7 @@ TABLE = [
     ("recipes", {0: {"served_model_name": "../../../../tmp/x"}}, "served_model_name='../../../../tmp/x': expected a"),
     ("recipes", {1: {"served_model_name": 'qwen"; rm -rf /'}}, "served_model_name='qwen\"; rm -rf /': expected"),
     ("recipes", {2: {"served_model_name": "qwen\nx"}}, "served_model_name='qwen\\nx': expected a served name"),
-    ("recipes", {3: {"tensor_parallel_size": 3}}, "vllm_server_models[3] (recipe qwen3-0.6b).tensor_parallel_size=3"),
+    ("recipes", {3: {"tensor_parallel_size": 16}}, "vllm_server_models[3] (recipe qwen3-0.6b).tensor_parallel_size=16"),
     (
         "recipes",
         {4: {"serve_flags": {"reasoning-parser": "qwen3\n--trust-remote-code"}}},
