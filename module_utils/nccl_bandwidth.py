@@ -99,7 +99,7 @@ def judge(result: dict, min_busbw_gbs: float, group: str) -> dict:
         return {
             "passed": False,
             "busbw": None,
-            "message": f"group {group}: the bandwidth test printed no result row (its output is in the log above)",
+            "message": f"group {group}: the bandwidth test printed no result row",
         }
     busbw, size = largest["busbw"], _size(largest["size"])
     if result["wrong"]:
