@@ -60,6 +60,13 @@ options:
     description: The host's inventory name (the head of its single-Spark models).
     type: str
     required: true
+  keyed:
+    description:
+      - Whether the endpoints have an API key (C(vllm_server_api_key) set).
+      - A keyed unit loads sparkfleet's key guard, which asks for the key on every path but C(/health), C(/ping),
+        C(/version) and C(/metrics) (module_utils/key_guard.py).
+    type: bool
+    default: false
   memory_total_bytes:
     description: The host's unified memory (C(spark_preflight_memory.mem_total_bytes)).
     type: int
@@ -171,6 +178,11 @@ loopback:
   description: Whether the endpoints listen on loopback only.
   returned: success
   type: bool
+key_guard:
+  description:
+    - Where the role installs sparkfleet's key guard (C(folder), C(file)) for keyed units; empty with no key.
+  returned: success
+  type: dict
 memory:
   description:
     - The host's memory plan - C(fits), C(reasons), C(summary), C(gpu_memory_utilization_total),
@@ -189,7 +201,7 @@ notes:
 
 from pathlib import Path
 
-from ansible.module_utils import profiles, topology
+from ansible.module_utils import key_guard, profiles, topology
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.memory_plan import host_plan
 from ansible.module_utils.model_lock import measured_architecture
@@ -276,6 +288,7 @@ def main() -> None:
             "config_dir": {"type": "str", "required": True},
             "fabric": {"type": "dict", "default": {}},
             "host": {"type": "str", "required": True},
+            "keyed": {"type": "bool", "default": False},
             "memory_total_bytes": {"type": "int", "required": True},
             "os_reserve_min_gib": {"type": "float", "default": 8.0},
             "max_gpu_memory_utilization": {"type": "float", "default": 0.87},
@@ -323,6 +336,7 @@ def main() -> None:
             config_dir=params["config_dir"],
             fabric=params["fabric"],
             host=params["host"],
+            keyed=params["keyed"],
         )
         for (_, entry, recipe), plan in zip(checked, memory["results"], strict=True)
     ]
@@ -338,6 +352,10 @@ def main() -> None:
         "cache_dirs": cache_dirs(params["data_dir"]),
         "listen_address": params["listen_address"],
         "loopback": is_loopback(params["listen_address"]),
+        # Where the role installs the key guard the units load; "" with no key (module_utils/key_guard.py).
+        "key_guard": {"folder": key_guard.host_folder(params["config_dir"]), "file": key_guard.FILE}
+        if params["keyed"]
+        else {},
         "memory": {key: value for key, value in memory.items() if key != "results"},
         "notes": notes,
     }

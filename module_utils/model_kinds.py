@@ -4,8 +4,8 @@
   request, quality gate and the bench measure it.
 - embed: a pooling model behind /v1/embeddings (vLLM's `--runner pooling`, `--convert embed` for a *ForCausalLM
   checkpoint such as Qwen3-Embedding).
-- rerank: a pooling model behind /v1/rerank (Jina/Cohere shape; vLLM serves /rerank too, which its API key does not
-  guard), a cross-encoder such as Qwen3-Reranker.
+- rerank: a pooling model behind /v1/rerank (Jina/Cohere shape; vLLM serves /rerank too, which only sparkfleet's key
+  guard asks the key for), a cross-encoder such as Qwen3-Reranker.
 
 A pooling kind has no chat API, so its gate probes its own endpoint with a request whose right answer is known
 whatever the model: two paraphrases embed closer together than an unrelated sentence; the passage that answers
@@ -22,8 +22,9 @@ CHAT = "chat"
 KINDS = (CHAT, "embed", "rerank")
 # The serve flag every pooling kind needs (vLLM would otherwise run a *ForCausalLM checkpoint as a generator).
 POOLING_FLAGS = {"embed": {"runner": "pooling"}, "rerank": {"runner": "pooling"}}
-# Where each pooling kind answers. vLLM 0.33 serves a reranker at /rerank, /v1/rerank and /v2/rerank, but its API
-# key guards /v1 paths only (AuthenticationMiddleware), and the router's front forwards /v1 only: /v1/rerank.
+# Where each pooling kind answers. vLLM 0.33 serves a reranker at /rerank, /v1/rerank and /v2/rerank (its own key
+# guards /v1 and /v2 only; sparkfleet's key guard covers the rest: module_utils/key_guard.py), and the router's front
+# forwards /v1 only: /v1/rerank.
 PATHS = {"embed": "/v1/embeddings", "rerank": "/v1/rerank"}
 
 PARAPHRASES = ("The cat sits on the mat.", "A cat is sitting on the mat.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import model_kinds, parallel_layout, speculative
+from ansible.module_utils import key_guard, model_kinds, parallel_layout, speculative
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
@@ -95,6 +95,7 @@ def resolve_model(
     config_dir: str,
     fabric: dict,
     host: str,
+    keyed: bool = False,
 ) -> dict:
     """One served model, everything the roles need about it. `recipe` is checked and merged with its overrides,
     `serve_args` and `env` come from it (library/vllm_recipe's rules), `plan` is its share of the host's plan."""
@@ -106,6 +107,7 @@ def resolve_model(
     paired = multinode and "rank" in fabric
     rank = int(fabric["rank"]) if paired else 0
     config_dir = config_dir.rstrip("/")
+    guard = key_guard.container_parts(config_dir, keyed)
     return {
         "served": recipe["served_model_name"],
         # More names vLLM answers to on this Spark (the router routes the served name).
@@ -142,12 +144,15 @@ def resolve_model(
         "api": rank == 0,
         "pair": fabric["pair"] if paired else "",
         "head": fabric["head"] if paired else host,
-        "serve_args": serve_args + (pair_args(fabric, nodes) if paired else []),
+        "serve_args": serve_args + (pair_args(fabric, nodes) if paired else []) + guard["serve_args"],
+        # The shell line's setup before `exec vllm serve` (the key guard's PYTHONPATH, when the server has a key).
+        "shell_setup": guard["shell_setup"],
         "env": {**env, **(fabric.get("env", {}) if paired else {})},
         # The fabric's container arguments (RDMA devices where the host has them: spark_fabric_node).
         "docker_args": list(fabric.get("docker_args", [])) if paired else [],
         # A pair's own read-only mounts (the host's NCCL, when it loads that: spark_fabric_node).
-        "volumes": volumes(data_dir) + (list(fabric.get("mounts", [])) if paired else []),
+        # The key guard's folder, when the server has a key (module_utils/key_guard.py).
+        "volumes": volumes(data_dir) + (list(fabric.get("mounts", [])) if paired else []) + guard["volumes"],
     }
 
 

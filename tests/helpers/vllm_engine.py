@@ -26,7 +26,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -111,6 +111,7 @@ def running_engine(
     extra_args: Sequence[str] = (),
     workdir: Path | None = None,
     timeout: float = START_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Start the real engine serving MODEL_DIR as SERVED_NAME behind API_KEY on 127.0.0.1 and a free port, wait
     until /health answers 200, and yield (base_url, process); stop it on exit. Its log (and vLLM's cache folder)
@@ -137,6 +138,7 @@ def running_engine(
     ]  # fmt: skip
     environment = {key: value for key, value in os.environ.items() if key not in DROPPED}
     environment.update(ENVIRONMENT, VLLM_CACHE_ROOT=str(workdir / "vllm-cache"))
+    environment.update(env or {})  # the caller's own, e.g. VLLM_API_KEY and PYTHONPATH for a --middleware
     started = time.monotonic()
     with log.open("wb") as out:
         # A session of its own, so that stopping it reaches the engine core process it starts, and nothing else.

@@ -51,8 +51,8 @@ class Server:
 def start_server(tmp: Path, args: list[str], env: dict[str, str], wait: bool = True) -> Server:
     port = free_port()
     log = tmp / f"vllm-{port}.log"
-    environment = {**os.environ, **env}
-    environment.pop("VLLM_API_KEY", None)
+    # The caller's VLLM_API_KEY only (the stand-in reads one when no --api-key is given, as vLLM does).
+    environment = {**{key: value for key, value in os.environ.items() if key != "VLLM_API_KEY"}, **env}
     with log.open("wb") as out:
         process = subprocess.Popen(
             [str(VLLM), "serve", *args, "--host", "127.0.0.1", "--port", str(port)],

@@ -6,6 +6,7 @@ Preflight refuses these values first (test_bad_input.py); this is the second lin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -44,11 +45,17 @@ def test_the_unit_runs_vllm_serve_through_the_secrets_reading_shell(tmp_path):
     assert words[image - 2 : image] == ["--entrypoint", "/bin/sh"]
     assert words[image + 1 : image + 5] == [
         "-c",
-        'set -a && . /run/sparkfleet/secrets.env && set +a && exec vllm serve "$@"',
+        "set -a && . /run/sparkfleet/secrets.env && set +a && "
+        'export PYTHONPATH="/opt/sparkfleet/python${PYTHONPATH:+:$PYTHONPATH}" && exec vllm serve "$@"',
         "vllm",
         "Qwen/Qwen3-0.6B",
     ]
     assert "/etc/sparkfleet/vllm/qwen3-0.6b.secrets.env:/run/sparkfleet/secrets.env:ro" in words
+    # The keyed unit loads the key guard (module_utils/key_guard.py) and names its fingerprint.
+    assert "/etc/sparkfleet/vllm/python:/opt/sparkfleet/python:ro" in words
+    assert words[-6:-4] == ["--middleware", "sparkfleet_key_guard.KeyOnEveryPath"]
+    guard = ROOT / "roles" / "vllm_server" / "files" / "sparkfleet_key_guard.py"
+    assert hashlib.sha256(guard.read_text().rstrip("\n").encode()).hexdigest() in unit.read_text()
     assert "--env-file" not in words
     assert KEY not in unit.read_text()
     if shutil.which("systemd-analyze"):

@@ -95,6 +95,19 @@ def test_the_api_refuses_a_request_without_the_key(host):
     assert curl(host, "/v1/models")[0] == 401
 
 
+def test_the_key_guard_asks_for_the_key_where_vllms_own_key_does_not(host, secrets):
+    """vLLM's --api-key guards /v1, /v2, /inference and /cohere only; the unit loads sparkfleet's key guard
+    (module_utils/key_guard.py) into the real engine's image, so /tokenize and SageMaker's /invocations need it too,
+    and only the state paths answer without it."""
+    unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
+    assert '"--middleware" "sparkfleet_key_guard.KeyOnEveryPath"' in unit
+    body = {"model": SERVED, "prompt": "Hello"}
+    assert curl(host, "/tokenize", body=body) == (401, '{"error":"Unauthorized"}')
+    assert curl(host, "/tokenize", secrets["api_key"], body)[0] == 200
+    assert curl(host, "/invocations", body={"model": SERVED, "prompt": "Hi", "max_tokens": 1})[0] == 401
+    assert curl(host, "/metrics")[0] == 200
+
+
 def test_a_streaming_chat_request_streams_a_real_answer_and_reports_usage(host, secrets):
     body = {
         "model": SERVED,

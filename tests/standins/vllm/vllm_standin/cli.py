@@ -124,7 +124,11 @@ def serve(config: ServeConfig) -> int:
         return status
 
     if not config.headless:
-        server = StandinServer(config, engine)
+        try:
+            server = StandinServer(config, engine)
+        except (ImportError, AttributeError, ValueError) as error:  # a --middleware vLLM could not load either
+            log("ERROR", f"cannot load --middleware: {error}")
+            return close_all(1)
         try:
             server.server_bind()  # vLLM binds the API socket before loading, so a clash fails fast
         except OSError as error:

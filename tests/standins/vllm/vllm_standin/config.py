@@ -119,6 +119,8 @@ class ServeConfig:
     speculation: Speculation = Speculation()
     # --runner pooling: "embed" or "classify" (pooling.py), None for a generating server.
     pooling: str | None = None
+    # --middleware: ASGI middleware import paths. vLLM takes several; the flag list reads it as one value.
+    middleware: tuple[str, ...] = ()
 
     @property
     def metrics_model_name(self) -> str:
@@ -265,6 +267,7 @@ def build_config(parsed: ParsedArgs) -> ServeConfig:
         ),
         speculation=speculation_from(values.get("speculative_config")),
         pooling=pooling_task(values),
+        middleware=(str(values["middleware"]),) if values.get("middleware") else (),
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import importlib
 import itertools
 import json
 import socket
@@ -49,8 +50,20 @@ class StandinServer(ThreadingHTTPServer):
         self.started = int(time.time())
         # Generation requests since the start, for the faults of VLLM_STANDIN_FAULT_* (config.Faults).
         self._generations = itertools.count(1)
+        self.guards = [load_guard(path) for path in config.middleware]
         # bind_and_activate=False: cli.py binds early and listens only after the pretend weight loading.
         super().__init__((config.host, config.port), Handler, bind_and_activate=False)
+
+
+def load_guard(import_path: str) -> object:
+    """A --middleware class, imported as vLLM imports it (importlib, from the process's sys.path: PYTHONPATH), and
+    made with no app. This server is not ASGI, so it runs a middleware through its public decision,
+    `authorized(method, path, authorization) -> bool` (sparkfleet's key guard has it); it refuses any other."""
+    module_path, _, name = import_path.rpartition(".")
+    guard = getattr(importlib.import_module(module_path), name)(None)
+    if not callable(getattr(guard, "authorized", None)):
+        raise ValueError(f"--middleware {import_path}: the stand-in runs only middleware with authorized()")
+    return guard
 
 
 def _reversed_text(tokens: Iterator[TokenEvent]) -> Iterator[TokenEvent]:
@@ -130,6 +143,10 @@ class Handler(BaseHTTPRequestHandler):
     def _authorized(self) -> bool:
         """vLLM's AuthenticationMiddleware: only paths under GUARDED_PREFIX are protected; any configured key is
         accepted."""
+        path = self.path.partition("?")[0]
+        header = self.headers.get("authorization")
+        if not all(guard.authorized(self.command, path, header) for guard in self.server.guards):
+            return False
         keys = self.server.config.api_keys
         if not keys or not self.path.startswith(GUARDED_PREFIX):
             return True
