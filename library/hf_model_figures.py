@@ -124,6 +124,8 @@ architecture:
       max_model_len vLLM accepts. dtype - the dtype vLLM runs the model in with C(--dtype auto).
     - attention_kind - V(full) (K and V per KV head) or V(mla) (one latent vector). full_attention_layers,
       sliding_window_layers, sliding_window (tokens, or null).
+    - full_attention_kv_heads, full_attention_head_dim - the full-attention layers' own KV heads and head size where
+      the model gives them their own (Gemma 4's global layers), null otherwise.
     - kv_lora_rank, qk_rope_head_dim - MLA dimensions, null otherwise.
     - model_type - config.json's (a hybrid one makes the recipe declare its recurrent layers).
     - mamba_kind (V(mamba2), V(gated_delta_net) or null), mamba_layers, mamba_dims (config.json's figures that size

@@ -21,6 +21,12 @@ tests/unit/test_memory_plan_contract.py holds it to vLLM's answer, computed with
   MambaModelConfig): each Mamba layer then holds 2 + speculative tokens + 1 prefill checkpoint pages per request,
   else 1 + speculative tokens (MambaSpec.max_memory_usage_bytes; mamba_mixer2.py / qwen_gdn_linear_attn.py
   get_kv_cache_spec set the checkpoint).
+- Full-attention layers whose heads differ from the sliding-window layers' (Gemma 4: wider heads, fewer KV heads
+  on its full layers) have pages of another size. vLLM 0.33 resolves such a model to the layer-outermost layout
+  LBNHC (the first of the default preference that is block-compact: v1/attention/backends/utils.py
+  resolve_kv_cache_layout), so it does not pack; it unifies the pages (v1/core/kv_cache_planning.py
+  unify_kv_cache_spec_page_size): a smaller page that divides the largest gets its block size times the ratio,
+  any other is padded to the largest page. A group's block size is then its own.
 - Layers of one kind share a group; with several kinds every group has the same number of layer slots, the
   smallest kind's count (or the largest when it is under 1.5 x the smallest), the last group of a kind padded
   (v1/core/kv_cache_planning.py _get_kv_cache_groups_uniform_page_size). A block is one page of every slot of a
@@ -76,6 +82,8 @@ class CacheLayers:
 
     attention_bytes_per_token: int  # one attention layer, one token, this node (MLA: the latent vector)
     full_attention_layers: int
+    # One full-attention layer, one token, this node, where its heads differ from the others' (0: the same).
+    full_bytes_per_token: int = 0
     sliding_window_layers: int = 0
     sliding_window: int | None = None
     max_in_flight_tokens: int = 0  # concurrent batches x max_num_batched_tokens
@@ -89,6 +97,14 @@ class CacheLayers:
     @property
     def hybrid(self) -> bool:
         return bool(self.mamba_layers)
+
+    def bytes_per_token(self, kind: str) -> int:
+        """One layer of KIND (full, sliding), one token, this node."""
+        return (
+            self.full_bytes_per_token or self.attention_bytes_per_token
+            if kind == "full"
+            else self.attention_bytes_per_token
+        )
 
     @property
     def align_mode(self) -> bool:
@@ -157,6 +173,8 @@ class CacheGroups:
     groups: tuple[tuple[str, int], ...]  # (kind, groups of that kind)
     blocks_per_request: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Each kind's own block size where it differs from block_size (unified pages: unify_block_sizes()).
+    kind_block_sizes: tuple[tuple[str, int], ...] = ()
 
     @property
     def bytes_per_block(self) -> int:
@@ -231,6 +249,25 @@ def _blocks_of_kind(kind: str, layers: CacheLayers, max_model_len: int, block_si
     return 1 + layers.speculative_tokens
 
 
+def unify_block_sizes(layers: CacheLayers, block: int, kinds: list[str]) -> tuple[int, dict[str, int], list[str]]:
+    """The common page of attention layers whose pages differ, and each kind's block size, as vLLM's
+    unify_kv_cache_spec_page_size makes them: a page that divides the largest scales its block size, any other is
+    padded to the largest page (its block size kept)."""
+    pages = {kind: block * layers.bytes_per_token(kind) for kind in kinds}
+    largest = max(pages.values())
+    sizes, notes = {}, []
+    for kind, page in pages.items():
+        if page == largest:
+            sizes[kind] = block
+        elif largest % page == 0:
+            sizes[kind] = block * (largest // page)
+            notes.append(f"{kind} layers' {page:,} B page unified to {largest:,} B: block size {sizes[kind]}")
+        else:
+            sizes[kind] = block
+            notes.append(f"{kind} layers' {page:,} B page padded to {largest:,} B")
+    return largest, sizes, notes
+
+
 def cache_groups(layers: CacheLayers, max_model_len: int, block_size: int | None = None) -> CacheGroups:
     """vLLM's groups for `layers` at `max_model_len` (the block size is the model's, whatever the length)."""
     block = hybrid_block_size(layers) if block_size is None else block_size
@@ -248,10 +285,16 @@ def cache_groups(layers: CacheLayers, max_model_len: int, block_size: int | None
         raise ValueError("no layer holds a KV cache")
     if not layers.attention_bytes_per_token:
         raise ValueError("an attention layer stores no bytes per token")
+    notes = []
+    sizes = {kind: block for kind, _ in kinds}
+    attention = [kind for kind, _ in kinds if kind in ("full", "sliding")]
+    if layers.full_bytes_per_token and not layers.hybrid and not layers.mla:
+        page, sizes, notes = unify_block_sizes(layers, block, attention)
+        if "full" in sizes and "sliding" not in sizes:  # one kind alone: its own page, no unifying
+            page = block * layers.bytes_per_token("full")
     slots = kinds[0][1] if len(kinds) == 1 else _slots_per_group([count for _, count in kinds])
     groups = tuple((kind, _cdiv(count, slots)) for kind, count in kinds)
-    blocks = sum(number * _blocks_of_kind(kind, layers, max_model_len, block) for kind, number in groups)
-    notes = []
+    blocks = sum(number * _blocks_of_kind(kind, layers, max_model_len, sizes[kind]) for kind, number in groups)
     padded = [f"{kind} {count} -> {_cdiv(count, slots) * slots}" for kind, count in kinds if count % slots]
     if padded:
         notes.append(f"layers padded to groups of {slots}: {', '.join(padded)}")
@@ -266,4 +309,5 @@ def cache_groups(layers: CacheLayers, max_model_len: int, block_size: int | None
         groups=groups,
         blocks_per_request=blocks,
         notes=tuple(notes),
+        kind_block_sizes=tuple((kind, size) for kind, size in sizes.items() if size != block),
     )

@@ -40,7 +40,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_groups, mamba_state_bytes
-from ansible.module_utils.model_config_figures import MLA_STATE_BYTES, AttentionLayout, kv_bytes_per_token_per_layer
+from ansible.module_utils.model_config_figures import (
+    MLA_STATE_BYTES,
+    AttentionLayout,
+    full_attention_bytes_per_token_per_layer,
+    kv_bytes_per_token_per_layer,
+)
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
 from ansible.module_utils.parallel_layout import (
@@ -98,6 +103,9 @@ class PlanInputs:
     max_context: int
     attention_kind: str = "full"
     full_attention_layers: int | None = None  # None: every attention layer is full attention
+    # The full-attention layers' own heads where they differ from kv_heads / head_dim (Gemma 4); None: the same.
+    full_attention_kv_heads: int | None = None
+    full_attention_head_dim: int | None = None
     sliding_window: int | None = None
     sliding_window_layers: int = 0
     dtype: str = "bfloat16"  # the model dtype (a Mamba conv state's)
@@ -257,6 +265,8 @@ def build_inputs(
         max_context=architecture["max_context"],
         attention_kind=architecture.get("attention_kind") or "full",
         full_attention_layers=architecture.get("full_attention_layers"),
+        full_attention_kv_heads=architecture.get("full_attention_kv_heads"),
+        full_attention_head_dim=architecture.get("full_attention_head_dim"),
         sliding_window=architecture.get("sliding_window"),
         sliding_window_layers=architecture.get("sliding_window_layers") or 0,
         dtype=architecture["dtype"],
@@ -329,6 +339,8 @@ def attention_layout(inputs: PlanInputs) -> AttentionLayout:
         sliding_window=inputs.sliding_window,
         kv_heads=inputs.kv_heads,
         head_dim=inputs.head_dim,
+        full_attention_kv_heads=inputs.full_attention_kv_heads,
+        full_attention_head_dim=inputs.full_attention_head_dim,
         mamba_layers=mamba,
     )
 
@@ -356,8 +368,10 @@ def cache_layers(inputs: PlanInputs) -> CacheLayers:
             inputs.tensor_parallel_size,
             inputs.speculative_tokens,
         )
+    full = full_attention_bytes_per_token_per_layer(layout, inputs.kv_cache_dtype_resolved, inputs.tensor_parallel_size)
     return CacheLayers(
         attention_bytes_per_token=per_token,
+        full_bytes_per_token=full if full != per_token else 0,
         full_attention_layers=layout.full_attention_layers,
         sliding_window_layers=layout.sliding_window_layers,
         sliding_window=layout.sliding_window,

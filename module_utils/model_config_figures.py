@@ -25,6 +25,11 @@ Where each rule comes from (vLLM 0.33.0; paths under vllm/):
   layers layer_types calls `sliding_attention` (models/llama.py); a model without layer_types whose config has a
   sliding_window slides every layer (engine/arg_utils.py sets cache_config.sliding_window only when layer_types
   is None or all sliding).
+- Gemma 4 (models/gemma4.py, the config from transformers' Gemma4TextConfig): layer_types names each layer's kind;
+  a full-attention layer has its own head size, `global_head_dim` (default 512), and, when `attention_k_eq_v`,
+  its own KV heads, `num_global_key_value_heads` (else num_key_value_heads): Gemma4DecoderLayer reads
+  `config.per_layer_config[layer_idx]`. The last `num_kv_shared_layers` layers read an earlier layer's cache
+  (`kv_sharing_target_layer_name`) and hold none of their own.
 - Hybrid models keep a KV cache only in their attention layers: Nemotron-H's `hybrid_override_pattern` ('*' =
   attention, 'M' = Mamba-2, '-' = MLP, 'E' = MoE; models/nemotron_h.py `ALL_DECODER_LAYER_TYPES`), Qwen3.5's
   `layer_types` (`full_attention` / `linear_attention`). Their Mamba-2 / Gated DeltaNet layers keep a state per
@@ -236,6 +241,9 @@ class AttentionLayout:
     sliding_window: int | None
     kv_heads: int  # KV heads per token and layer (MLA: 1)
     head_dim: int  # elements per head (MLA: kv_lora_rank + qk_rope_head_dim)
+    # The full-attention layers' own heads where they differ (Gemma 4's global layers); None: kv_heads, head_dim.
+    full_attention_kv_heads: int | None = None
+    full_attention_head_dim: int | None = None
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
     mamba_kind: str | None = None  # "mamba2" (Nemotron-H) or "gated_delta_net" (Qwen3.5)
@@ -254,7 +262,7 @@ class AttentionLayout:
 class Family:
     """How vLLM builds one model_type's layers: its attention rule and the defaults its config class applies."""
 
-    rule: str  # standard | qwen | gpt_oss | nemotron_h | mla | qwen3_5
+    rule: str  # standard | qwen | gpt_oss | nemotron_h | mla | qwen3_5 | gemma4
     vllm_source: str
     kv_heads_default_to_heads: bool = False  # a missing num_key_value_heads means num_attention_heads
     head_dim_default_from_hidden: bool = False  # a missing head_dim means hidden_size // num_attention_heads
@@ -278,6 +286,7 @@ FAMILIES = {
     "kimi_k2": Family("mla", "model_executor/models/deepseek_v2.py"),
     "glm4_moe_lite": Family("mla", "model_executor/models/glm4_moe_lite.py"),
     "qwen3_5_text": Family("qwen3_5", "model_executor/models/qwen3_5.py"),
+    "gemma4_text": Family("gemma4", "model_executor/models/gemma4.py"),
     "qwen3_5_moe_text": Family("qwen3_5", "model_executor/models/qwen3_5.py"),
 }
 
@@ -472,6 +481,8 @@ def attention_layout(config: Mapping[str, Any]) -> AttentionLayout:
         return _mla_layout(text, model_type, sources)
     kv_heads, head_dim = _kv_heads_and_head_dim(text, family, sources)
     common.update(kind="full", kv_heads=kv_heads, head_dim=head_dim)
+    if family.rule == "gemma4":
+        return _gemma4_layout(text, model_type, common, sources)
     if family.rule in ("standard", "qwen", "gpt_oss"):
         if family.rule == "standard":
             full, sliding, window = _standard_layers(text, model_type, sources)
@@ -524,6 +535,50 @@ def attention_layout(config: Mapping[str, Any]) -> AttentionLayout:
         mamba_kind=mamba_kind,
         mamba_layers=counts["linear_attention"],
         mamba_dims=dims,
+        sources=sources,
+    )
+
+
+def _gemma4_layout(text: Keys, model_type: str, common: dict, sources: dict[str, str]) -> AttentionLayout:
+    """Gemma 4: sliding and full layers of different heads, the last num_kv_shared_layers without a cache of their
+    own (models/gemma4.py; transformers' Gemma4TextConfig builds per_layer_config from the keys read here)."""
+    layers = text.integer("num_hidden_layers")
+    types = _layer_types(text)
+    if types is None:
+        raise FiguresError(f"{text.where('layer_types')} is missing: which Gemma 4 layers slide is unknown")
+    if len(types) != layers:
+        raise FiguresError(f"{text.where('layer_types')} has {len(types)} entries for {layers} num_hidden_layers")
+    shared = text.integer("num_kv_shared_layers", minimum=0) if text.has("num_kv_shared_layers") else 0
+    if shared >= layers:
+        raise FiguresError(f"{text.where('num_kv_shared_layers')}={shared}: leaves no layer with a cache")
+    own = types[: layers - shared]
+    counts = _hybrid_counts(own, text, "layer_types", model_type, {"full_attention", "sliding_attention"})
+    full_head_dim = text.integer("global_head_dim") if text.has("global_head_dim") else 512
+    full_kv_heads = common["kv_heads"]
+    if text.value("attention_k_eq_v") and text.has("num_global_key_value_heads"):
+        full_kv_heads = text.integer("num_global_key_value_heads")
+        sources["full_attention_kv_heads"] = f"{text.where('num_global_key_value_heads')} (attention_k_eq_v)"
+    else:
+        sources["full_attention_kv_heads"] = f"{sources['kv_heads']} (no attention_k_eq_v global heads)"
+    sources["full_attention_head_dim"] = (
+        text.where("global_head_dim") if text.has("global_head_dim") else "Gemma4TextConfig's global_head_dim default"
+    )
+    window = _sliding_window(text) if counts["sliding_attention"] else None
+    if counts["sliding_attention"] and window is None:
+        raise FiguresError(f"{text.where('sliding_window')} is missing for the sliding_attention layers")
+    shared_note = f", less the last {shared} num_kv_shared_layers" if shared else ""
+    sources["full_attention_layers"] = f"{text.where('layer_types')} (count of full_attention{shared_note})"
+    sources["sliding_window_layers"] = f"{text.where('layer_types')} (count of sliding_attention{shared_note})"
+    if window:
+        sources["sliding_window"] = text.where("sliding_window")
+    return AttentionLayout(
+        **common,
+        layers=layers,
+        full_attention_layers=counts["full_attention"],
+        sliding_window_layers=counts["sliding_attention"],
+        sliding_window=window,
+        full_attention_kv_heads=full_kv_heads,
+        full_attention_head_dim=full_head_dim,
         sources=sources,
     )
 
@@ -589,10 +644,16 @@ def kv_bytes_per_token_per_layer(kind: str, kv_heads: int, head_dim: int, kv_cac
     return heads * 2 * head_dim * kv_dtype_bytes(kv_cache_dtype)
 
 
+def full_attention_bytes_per_token_per_layer(layout: AttentionLayout, kv_cache_dtype: str, tp: int = 1) -> int:
+    """Bytes one full-attention layer stores per token on one rank, with its own heads where they differ."""
+    kv_heads = layout.full_attention_kv_heads or layout.kv_heads
+    head_dim = layout.full_attention_head_dim or layout.head_dim
+    return kv_bytes_per_token_per_layer(layout.kind, kv_heads, head_dim, kv_cache_dtype, tp)
+
+
 def kv_bytes_per_token(layout: AttentionLayout, kv_cache_dtype: str, tp: int = 1) -> int:
     """Bytes per token over the full-attention layers: what grows with every token of a sequence."""
-    per_layer = kv_bytes_per_token_per_layer(layout.kind, layout.kv_heads, layout.head_dim, kv_cache_dtype, tp)
-    return layout.full_attention_layers * per_layer
+    return layout.full_attention_layers * full_attention_bytes_per_token_per_layer(layout, kv_cache_dtype, tp)
 
 
 def sliding_window_kv_bytes_per_token(layout: AttentionLayout, kv_cache_dtype: str, tp: int = 1) -> int:
@@ -1059,6 +1120,8 @@ def architecture_figures(
         "dtype": dtype,
         "attention_kind": layout.kind,
         "full_attention_layers": layout.full_attention_layers,
+        "full_attention_kv_heads": layout.full_attention_kv_heads,
+        "full_attention_head_dim": layout.full_attention_head_dim,
         "sliding_window": layout.sliding_window,
         "sliding_window_layers": layout.sliding_window_layers,
         "kv_lora_rank": layout.kv_lora_rank,
@@ -1110,7 +1173,9 @@ def architecture_figures(
         "max_context": context_source,
         "dtype": dtype_source,
         "kv_cache_dtype_auto": auto_source,
-        "kv_bytes_per_token": f"full_attention_layers x {per_layer}, kv_cache_dtype {kv_dtype}",
+        "kv_bytes_per_token": f"full_attention_layers x {per_layer}"
+        + (" (their own full_attention_kv_heads, full_attention_head_dim)" if layout.full_attention_head_dim else "")
+        + f", kv_cache_dtype {kv_dtype}",
         "sliding_window_kv_bytes_per_token": f"sliding_window_layers x {per_layer}, kv_cache_dtype {kv_dtype}",
     }
     sources.setdefault("full_attention_layers", sources.get("attention_layers", ""))

@@ -138,7 +138,7 @@ def moved_entry(old: Mapping | None, commit: str, now: str) -> dict:
 
 
 # Figures the planner reads that a recipe need not state: the lock's measurement supplies them.
-MEASURED_OPTIONAL = ("attention_heads",)
+MEASURED_OPTIONAL = ("attention_heads", "full_attention_kv_heads", "full_attention_head_dim")
 
 
 def measured_architecture(

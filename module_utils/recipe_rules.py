@@ -72,6 +72,9 @@ ARCHITECTURE_COUNTS = ("attention_layers", "kv_heads", "head_dim", "max_context"
 ATTENTION_KINDS = ("full", "mla")
 ARCHITECTURE_OPTIONAL_COUNTS = ("full_attention_layers", "sliding_window_layers", "mamba_layers", "attention_heads")
 MAMBA_KINDS = ("mamba2", "gated_delta_net")
+# The full-attention layers' own KV heads and head size, where they differ from kv_heads and head_dim (Gemma 4's
+# global layers: global_head_dim, num_global_key_value_heads); each page size then its own (kv_cache_pages.py).
+FULL_ATTENTION_HEADS = ("full_attention_kv_heads", "full_attention_head_dim")
 # The hybrid model types (config.json's model_type, of the text model) and the recurrent layers vLLM builds for
 # them: a recipe naming one must declare those layers (model_config_figures.FAMILIES says which families are hybrid).
 HYBRID_MODEL_TYPES = {name: family.recurrent_layers for name, family in FAMILIES.items() if family.recurrent_layers}
@@ -404,7 +407,7 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
 def _parallel_problems(recipe: Mapping, label: str) -> list[str]:
     """vLLM's rules for splitting the model over its group (module_utils/parallel_layout.py)."""
     architecture = recipe["architecture"]
-    return parallel_layout.problems(
+    found = parallel_layout.problems(
         label,
         recipe["tensor_parallel_size"],
         recipe.get("pipeline_parallel_size") or 1,
@@ -412,6 +415,18 @@ def _parallel_problems(recipe: Mapping, label: str) -> list[str]:
         kv_heads=architecture["kv_heads"],
         layers=architecture["attention_layers"] + (architecture.get("mamba_layers") or 0),
     )
+    # Full-attention layers with KV heads of their own (Gemma 4) are split by the same rule.
+    own = architecture.get("full_attention_kv_heads")
+    if own and own != architecture["kv_heads"]:
+        found += parallel_layout.problems(
+            f"{label} (full-attention layers)",
+            recipe["tensor_parallel_size"],
+            1,
+            attention_heads=None,
+            kv_heads=own,
+            layers=None,
+        )
+    return found
 
 
 def _architecture_problems(architecture: Mapping, label: str) -> list[str]:
@@ -532,7 +547,7 @@ def _attention_problems(architecture: Mapping, label: str) -> list[str]:
     for key in ARCHITECTURE_OPTIONAL_COUNTS:
         if get(key) is not None and not (_is_int(get(key)) and get(key) >= 0):
             problems.append(f"{label}.{key}={get(key)!r}: expected a whole number, 0 or more")
-    for key in ("sliding_window", "kv_lora_rank", "qk_rope_head_dim"):
+    for key in ("sliding_window", "kv_lora_rank", "qk_rope_head_dim", *FULL_ATTENTION_HEADS):
         if get(key) is not None and not _positive_int(get(key)):
             problems.append(f"{label}.{key}={get(key)!r}: expected a positive integer (or null)")
     if get("mamba_state_bytes_per_sequence") is not None:
@@ -587,6 +602,12 @@ def _attention_consistency(architecture: Mapping, label: str, kind: str) -> list
             )
     elif get("kv_lora_rank") is not None:
         problems.append(f"{label}.kv_lora_rank={get('kv_lora_rank')}: only for attention_kind mla")
+    own_heads = [key for key in FULL_ATTENTION_HEADS if get(key) is not None]
+    if own_heads and (kind == "mla" or get("mamba_layers")):
+        problems.append(
+            f"{label}.{own_heads[0]}: the full-attention layers' own heads are modelled for attention models without "
+            "Mamba layers or MLA only"
+        )
     return problems
 
 

@@ -403,7 +403,11 @@ def test_every_figure_matches_the_config_and_the_headers(run_module, hub, repo_i
         "active_weight_bytes",
         "mtp_params_b",
         "mtp_weight_bytes",
+        "full_attention_kv_heads",
+        "full_attention_head_dim",
     }
+    # Only Gemma 4 gives its full-attention layers heads of their own (test_gemma4_layout.py).
+    assert (architecture["full_attention_kv_heads"], architecture["full_attention_head_dim"]) == (None, None)
     # Every figure says where it came from.
     missing = [key for key, value in architecture.items() if value is not None and key not in result["sources"]]
     assert missing == [], missing

@@ -17,7 +17,8 @@ Given, because they need a built model on a GPU: the engine config is a namespac
 and the few fields the functions read; each Mamba layer's prefill checkpoint (mamba_mixer2.py get_kv_cache_spec:
 one block, alignment 1; qwen_gdn_linear_attn.py: one block, alignment FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (64) when
 GDN prefill runs on FlashInfer, which _resolve_gdn_prefill_backend picks on sm_12x with head_k_dim 128 and CUDA 13);
-the KV cache layout LBNHC (all pages here are the same size, so the layout does not change bytes per block).
+the KV cache layout LBNHC, which vLLM resolves for these backends (they declare none: the default preference, whose
+first is block-compact, so it holds for Gemma 4's pages of two sizes too).
 """
 
 from __future__ import annotations
@@ -405,8 +406,12 @@ def layer_specs(config, case: dict) -> dict:
     else:
         heads = max(1, architecture["kv_heads"] // tp)
         common = {"block_size": block, "num_kv_heads": heads, "head_size": architecture["head_dim"], "dtype": dtype}
+        # Gemma 4's full-attention layers have heads of their own (models/gemma4.py per_layer_config).
+        full_heads = max(1, (architecture.get("full_attention_kv_heads") or architecture["kv_heads"]) // tp)
+        full_head_size = architecture.get("full_attention_head_dim") or architecture["head_dim"]
+        own = {**common, "num_kv_heads": full_heads, "head_size": full_head_size}
         for index in range(full):
-            specs[f"full.{index}"] = FullAttentionSpec(**common, kv_quant_mode=mode)
+            specs[f"full.{index}"] = FullAttentionSpec(**own, kv_quant_mode=mode)
         for index in range(sliding):
             specs[f"sliding.{index}"] = SlidingWindowSpec(
                 **common, kv_quant_mode=mode, sliding_window=architecture["sliding_window"]
