@@ -67,6 +67,12 @@ options:
         C(/version) and C(/metrics) (module_utils/key_guard.py).
     type: bool
     default: false
+  key_guard_version:
+    description:
+      - The key guard's version, the first 12 hex digits of its SHA-256; each version has a folder of its own.
+      - Required with O(keyed).
+    type: str
+    default: ""
   memory_total_bytes:
     description: The host's unified memory (C(spark_preflight_memory.mem_total_bytes)).
     type: int
@@ -289,6 +295,7 @@ def main() -> None:
             "fabric": {"type": "dict", "default": {}},
             "host": {"type": "str", "required": True},
             "keyed": {"type": "bool", "default": False},
+            "key_guard_version": {"type": "str", "default": ""},
             "memory_total_bytes": {"type": "int", "required": True},
             "os_reserve_min_gib": {"type": "float", "default": 8.0},
             "max_gpu_memory_utilization": {"type": "float", "default": 0.87},
@@ -307,6 +314,8 @@ def main() -> None:
         flag_specs = load_flag_list(flags_file)
     except (OSError, ValueError) as error:
         module.fail_json(msg=f"{params['name']}: the flag list {flags_file} cannot be read: {error}")
+    if params["keyed"] and (problem := key_guard.version_problem(params["key_guard_version"])):
+        module.fail_json(msg=f"{params['name']}: {problem}")
     checked, problems, notes = checked_recipes(params, flag_specs)
     if problems:
         module.fail_json(msg="; ".join(problems), problems=problems)
@@ -337,6 +346,7 @@ def main() -> None:
             fabric=params["fabric"],
             host=params["host"],
             keyed=params["keyed"],
+            key_guard_version=params["key_guard_version"],
         )
         for (_, entry, recipe), plan in zip(checked, memory["results"], strict=True)
     ]
@@ -353,7 +363,10 @@ def main() -> None:
         "listen_address": params["listen_address"],
         "loopback": is_loopback(params["listen_address"]),
         # Where the role installs the key guard the units load; "" with no key (module_utils/key_guard.py).
-        "key_guard": {"folder": key_guard.host_folder(params["config_dir"]), "file": key_guard.FILE}
+        "key_guard": {
+            "folder": key_guard.host_folder(params["config_dir"], params["key_guard_version"]),
+            "file": key_guard.FILE,
+        }
         if params["keyed"]
         else {},
         "memory": {key: value for key, value in memory.items() if key != "results"},

@@ -543,11 +543,18 @@ def _gemma4_layout(text: Keys, model_type: str, common: dict, sources: dict[str,
     """Gemma 4: sliding and full layers of different heads, the last num_kv_shared_layers without a cache of their
     own (models/gemma4.py; transformers' Gemma4TextConfig builds per_layer_config from the keys read here)."""
     layers = text.integer("num_hidden_layers")
+    if text.has("per_layer_config"):  # Gemma4TextConfig then ignores global_head_dim and num_global_key_value_heads
+        raise FiguresError(
+            f"{text.where('per_layer_config')} is set: each layer's heads are read from it, which is not modelled; "
+            "state the recipe's full_attention_kv_heads and full_attention_head_dim by hand"
+        )
     types = _layer_types(text)
     if types is None:
         raise FiguresError(f"{text.where('layer_types')} is missing: which Gemma 4 layers slide is unknown")
     if len(types) != layers:
         raise FiguresError(f"{text.where('layer_types')} has {len(types)} entries for {layers} num_hidden_layers")
+    if types and types[-1] != "full_attention":  # Gemma4TextConfig forces the last layer to full attention
+        types = [*types[:-1], "full_attention"]
     shared = text.integer("num_kv_shared_layers", minimum=0) if text.has("num_kv_shared_layers") else 0
     if shared >= layers:
         raise FiguresError(f"{text.where('num_kv_shared_layers')}={shared}: leaves no layer with a cache")
@@ -566,6 +573,8 @@ def _gemma4_layout(text: Keys, model_type: str, common: dict, sources: dict[str,
     window = _sliding_window(text) if counts["sliding_attention"] else None
     if counts["sliding_attention"] and window is None:
         raise FiguresError(f"{text.where('sliding_window')} is missing for the sliding_attention layers")
+    if window and text.value("use_bidirectional_attention") == "all":  # Gemma4TextConfig.__post_init__ halves it
+        window = window // 2 + 1
     shared_note = f", less the last {shared} num_kv_shared_layers" if shared else ""
     sources["full_attention_layers"] = f"{text.where('layer_types')} (count of full_attention{shared_note})"
     sources["sliding_window_layers"] = f"{text.where('layer_types')} (count of sliding_attention{shared_note})"

@@ -401,7 +401,21 @@ def plan_problems(recipe: object, label: str = "recipe") -> list[str]:
     if problems:
         return problems
     found = _context_problems(recipe, label) + _kv_layout_problems(recipe, label) + _parallel_problems(recipe, label)
-    return found + speculative.draft_plan_problems(recipe, label)
+    return found + speculative.draft_plan_problems(recipe, label) + _own_heads_draft_problems(recipe, label)
+
+
+def _own_heads_draft_problems(recipe: Mapping, label: str) -> list[str]:
+    """A draft beside full-attention layers with heads of their own (Gemma 4): the planner counts draft layers as
+    full-attention layers of the target's heads, which such a model's drafts do not have (gemma4_mtp shares the
+    target's cache; an EAGLE draft has its own heads), so the plan would be wrong."""
+    own = [key for key in FULL_ATTENTION_HEADS if recipe["architecture"].get(key) is not None]
+    if own and recipe.get("speculative"):
+        return [
+            f"{label}.speculative: not planned for a model whose full-attention layers have heads of their own "
+            f"({label}.architecture.{own[0]}); serve it without speculative decoding (remove speculative, or set "
+            "vllm_server_speculation: false)"
+        ]
+    return []
 
 
 def _parallel_problems(recipe: Mapping, label: str) -> list[str]:

@@ -96,6 +96,7 @@ def resolve_model(
     fabric: dict,
     host: str,
     keyed: bool = False,
+    key_guard_version: str = "",
 ) -> dict:
     """One served model, everything the roles need about it. `recipe` is checked and merged with its overrides,
     `serve_args` and `env` come from it (library/vllm_recipe's rules), `plan` is its share of the host's plan."""
@@ -107,7 +108,7 @@ def resolve_model(
     paired = multinode and "rank" in fabric
     rank = int(fabric["rank"]) if paired else 0
     config_dir = config_dir.rstrip("/")
-    guard = key_guard.container_parts(config_dir, keyed)
+    guard = key_guard.container_parts(config_dir, keyed, key_guard_version)
     return {
         "served": recipe["served_model_name"],
         # More names vLLM answers to on this Spark (the router routes the served name).

@@ -52,10 +52,12 @@ def test_the_unit_runs_vllm_serve_through_the_secrets_reading_shell(tmp_path):
     ]
     assert "/etc/sparkfleet/vllm/qwen3-0.6b.secrets.env:/run/sparkfleet/secrets.env:ro" in words
     # The keyed unit loads the key guard (module_utils/key_guard.py) and names its fingerprint.
-    assert "/etc/sparkfleet/vllm/python:/opt/sparkfleet/python:ro" in words
-    assert words[-6:-4] == ["--middleware", "sparkfleet_key_guard.KeyOnEveryPath"]
-    guard = ROOT / "roles" / "vllm_server" / "files" / "sparkfleet_key_guard.py"
-    assert hashlib.sha256(guard.read_text().rstrip("\n").encode()).hexdigest() in unit.read_text()
+    guard = ROOT / "roles" / "vllm_server" / "files" / "vllm_key_guard.py"
+    sha256 = hashlib.sha256(guard.read_text().rstrip("\n").encode()).hexdigest()
+    # Its version's own folder (module_utils/key_guard.py), so a rolled-back unit finds the guard it started with.
+    assert f"/etc/sparkfleet/vllm/python/{sha256[:12]}:/opt/sparkfleet/python:ro" in words
+    assert words[-6:-4] == ["--middleware", "vllm_key_guard.KeyOnEveryPath"]
+    assert sha256 in unit.read_text()
     assert "--env-file" not in words
     assert KEY not in unit.read_text()
     if shutil.which("systemd-analyze"):

@@ -103,3 +103,25 @@ def test_the_global_layers_kv_heads_bound_the_tensor_parallel_size_too():
     recipe["tensor_parallel_size"] = 2
     _, problems = build_inputs(recipe, memory_total_bytes=SPARK_MEM_TOTAL, name="gemma-4-26b-a4b")
     assert any("(full-attention layers): tensor_parallel_size 2 and the model's 3 KV heads" in p for p in problems)
+
+
+def test_a_draft_beside_the_global_layers_own_heads_is_refused():
+    """The planner would count a draft's layers with the global layers' heads; gemma4_mtp shares the target's cache."""
+    recipe = yaml.safe_load((ROOT / "recipes" / "gemma-4-26b-a4b.yml").read_text())
+    recipe["speculative"] = {"method": "ngram", "num_speculative_tokens": 3}
+    _, problems = build_inputs(recipe, memory_total_bytes=SPARK_MEM_TOTAL, name="gemma-4-26b-a4b")
+    assert any("speculative: not planned for a model whose full-attention layers" in p for p in problems), problems
+
+
+def test_the_config_classes_own_rules_are_kept():
+    """Gemma4TextConfig forces the last layer to full attention, halves the window (+1) for bidirectional attention
+    on every token, and reads a stored per_layer_config instead of the global keys (not modelled: refused)."""
+    config = gemma4_26b_a4b()
+    text = config["text_config"]
+    text["layer_types"] = ["sliding_attention"] * 30
+    text["use_bidirectional_attention"] = "all"
+    layout = attention_layout(config)
+    assert (layout.full_attention_layers, layout.sliding_window_layers, layout.sliding_window) == (1, 29, 513)
+    text["per_layer_config"] = {"5": {"head_dim": 512}}
+    with pytest.raises(FiguresError, match="per_layer_config is set"):
+        attention_layout(config)

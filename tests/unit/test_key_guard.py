@@ -1,4 +1,4 @@
-"""sparkfleet's key guard (roles/vllm_server/files/sparkfleet_key_guard.py), the middleware a keyed vLLM unit loads:
+"""sparkfleet's key guard (roles/vllm_server/files/vllm_key_guard.py), the middleware a keyed vLLM unit loads:
 the key on every path but /health, /ping, /version and /metrics, checked as vLLM checks its own, with vLLM's 401.
 module_utils/key_guard.py says how a unit loads it; the real engine runs it in test_pooling_real_engine.py."""
 
@@ -9,8 +9,9 @@ import importlib.util
 import json
 
 import pytest
+import yaml
 from helpers import ROOT
-from key_guard import CONTAINER_FOLDER, FILE, MIDDLEWARE, container_parts, host_folder
+from key_guard import CONTAINER_FOLDER, FILE, MIDDLEWARE, container_parts, host_folder, version_problem
 from vllm_flags import load_flag_list
 
 GUARD_FILE = ROOT / "roles" / "vllm_server" / "files" / FILE
@@ -18,7 +19,7 @@ KEY = "sk-guard-test"
 
 
 def load_guard():
-    spec = importlib.util.spec_from_file_location("sparkfleet_key_guard", GUARD_FILE)
+    spec = importlib.util.spec_from_file_location("vllm_key_guard", GUARD_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -100,12 +101,15 @@ def test_a_root_path_is_taken_off_before_the_check():
     assert sent == [{"passed": "/api/health"}]
 
 
-def test_a_keyed_unit_loads_it_with_flags_vllm_has():
-    parts = container_parts("/etc/sparkfleet/vllm/", keyed=True)
+def test_a_keyed_unit_loads_its_versions_guard_with_flags_vllm_has():
+    parts = container_parts("/etc/sparkfleet/vllm/", keyed=True, version="0123456789ab")
     assert parts["serve_args"] == ["--middleware", MIDDLEWARE]
     assert "middleware" in load_flag_list(ROOT / "recipes" / "vllm-serve-flags.txt")
-    assert parts["volumes"] == [f"/etc/sparkfleet/vllm/python:{CONTAINER_FOLDER}:ro"]
-    assert host_folder("/etc/sparkfleet/vllm/") == "/etc/sparkfleet/vllm/python"
+    assert parts["volumes"] == [f"/etc/sparkfleet/vllm/python/0123456789ab:{CONTAINER_FOLDER}:ro"]
+    assert host_folder("/etc/sparkfleet/vllm/", "0123456789ab") == "/etc/sparkfleet/vllm/python/0123456789ab"
+    assert version_problem("0123456789ab") is None
+    for bad in ("", "0123456789AB", "0123456789a", "../../etc/x1"):
+        assert "expected the first 12 lowercase hex digits" in version_problem(bad)
     # The image's own PYTHONPATH stays behind the guard's folder.
     assert parts["shell_setup"] == f'export PYTHONPATH="{CONTAINER_FOLDER}${{PYTHONPATH:+:$PYTHONPATH}}" && '
     assert MIDDLEWARE.rpartition(".")[0] == GUARD_FILE.stem
@@ -114,3 +118,8 @@ def test_a_keyed_unit_loads_it_with_flags_vllm_has():
 
 def test_an_unkeyed_unit_loads_nothing():
     assert container_parts("/etc/sparkfleet/vllm", keyed=False) == {"serve_args": [], "volumes": [], "shell_setup": ""}
+
+
+def test_the_role_names_the_same_guard_file():
+    variables = yaml.safe_load((ROOT / "roles" / "vllm_server" / "vars" / "main.yml").read_text())
+    assert variables["__vllm_server_key_guard_file"] == FILE

@@ -100,7 +100,7 @@ def test_the_key_guard_asks_for_the_key_where_vllms_own_key_does_not(host, secre
     (module_utils/key_guard.py) into the real engine's image, so /tokenize and SageMaker's /invocations need it too,
     and only the state paths answer without it."""
     unit = host.file(f"/etc/systemd/system/{UNIT}").content_string
-    assert '"--middleware" "sparkfleet_key_guard.KeyOnEveryPath"' in unit
+    assert '"--middleware" "vllm_key_guard.KeyOnEveryPath"' in unit
     body = {"model": SERVED, "prompt": "Hello"}
     assert curl(host, "/tokenize", body=body) == (401, '{"error":"Unauthorized"}')
     assert curl(host, "/tokenize", secrets["api_key"], body)[0] == 200

@@ -17,8 +17,10 @@ Given, because they need a built model on a GPU: the engine config is a namespac
 and the few fields the functions read; each Mamba layer's prefill checkpoint (mamba_mixer2.py get_kv_cache_spec:
 one block, alignment 1; qwen_gdn_linear_attn.py: one block, alignment FLASHINFER_GDN_CHECKPOINT_ALIGNMENT (64) when
 GDN prefill runs on FlashInfer, which _resolve_gdn_prefill_backend picks on sm_12x with head_k_dim 128 and CUDA 13);
-the KV cache layout LBNHC, which vLLM resolves for these backends (they declare none: the default preference, whose
-first is block-compact, so it holds for Gemma 4's pages of two sizes too).
+the KV cache layout LBNHC, which vLLM 0.33 resolves for these backends (they declare none: the default preference,
+whose first is block-compact, so it holds for Gemma 4's pages of two sizes too). It is set here, not resolved: a
+release whose backends declare a block-first layout would pack mixed pages instead, and this contract would not see
+it; check the backends' supported_kv_cache_layouts() when regenerating for a new release.
 """
 
 from __future__ import annotations

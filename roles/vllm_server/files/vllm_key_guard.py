@@ -3,7 +3,7 @@
 vLLM 0.33's own `--api-key` (AuthenticationMiddleware, vllm/entrypoints/serve/middleware/authenticate.py) guards
 paths under /v1, /v2, /inference and /cohere only. A server listening beyond loopback then answers /pooling,
 /classify, /score, /rerank, /tokenize and /detokenize to anyone (a pooling model's whole API is on those paths).
-This middleware, loaded with `--middleware sparkfleet_key_guard.KeyOnEveryPath` (vLLM imports it and calls
+This middleware, loaded with `--middleware vllm_key_guard.KeyOnEveryPath` (vLLM imports it and calls
 `app.add_middleware(KeyOnEveryPath)`), refuses every request without the key except those to OPEN_PATHS.
 
 The key is vLLM's own: the environment's VLLM_API_KEY, which sparkfleet's unit sets from its root-only secrets file.
