@@ -13,6 +13,7 @@ tests/integration/test_vllm_quality_gate.py.)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -40,6 +41,9 @@ STARTUP_FILE = "/etc/sparkfleet/vllm/smollm2-135m.last-good.startup.json"
 PHASES = ["container", "weights_loaded", "port_open", "healthy", "first_token"]
 CAPITAL = "What is the capital of France? Answer in one word."
 LOCK_FILE = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent / "vllm-image.lock.yml"
+GUARD_FILE = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "roles", "vllm_server", "files", "vllm_key_guard.py")
+# As the role's lookup reads it (the file lookup drops the trailing line break).
+GUARD_VERSION = hashlib.sha256(GUARD_FILE.read_text(encoding="utf-8").rstrip("\n").encode()).hexdigest()[:12]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +212,8 @@ def test_the_caches_are_mounted_from_the_host(host):
         "/root/.triton": "/var/lib/sparkfleet/cache/triton",
         # Read once by the entrypoint's shell, which hands the secrets to vLLM alone.
         "/run/sparkfleet/secrets.env": SECRETS_FILE,
+        # The key guard's version folder (module_utils/key_guard.py): the first 12 digits of the guard's SHA-256.
+        "/opt/sparkfleet/python": f"/etc/sparkfleet/vllm/python/{GUARD_VERSION}",
     }
 
 
