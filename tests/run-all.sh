@@ -154,10 +154,10 @@ test_scenarios() {
   done
 }
 
-# The molecule scenarios are the longest steps and spend much of them waiting (on their hosts' services, health
-# gates, rolling restarts), so they run beside pytest and each other instead of after them: their hosts, networks
-# and loopback ports are their own, and every test waits on readiness with deadlines sized for a busy machine. Each
-# one's output goes to tests/.results/molecule-SCENARIO.log and is printed when it ends.
+# The fleet scenario is the longest step by far and spends most of it waiting (on its hosts' services, health
+# gates, rolling restarts), so it runs beside pytest and the other scenarios instead of after them: their hosts,
+# networks and loopback ports are their own, and every test waits on readiness with deadlines sized for a busy
+# machine. Its output goes to tests/.results/molecule-fleet.log and is printed when it ends.
 start_beside() {
   local scenario=$1
   mkdir -p "$results"
@@ -168,12 +168,12 @@ start_beside() {
     molecule test -s "$scenario" >"$results/molecule-$scenario.log" 2>&1
     echo "$? $(($(date +%s) - started))" >"$results/molecule-$scenario.status"
   ) &
-  beside_pid[$scenario]=$!
+  beside_pid=$!
 }
 
 finish_beside() {
   local scenario=$1 rc elapsed
-  wait "${beside_pid[$scenario]}"
+  wait "$beside_pid"
   read -r rc elapsed <"$results/molecule-$scenario.status"
   echo
   echo "=== molecule $scenario (ran beside the other checks)"
@@ -182,20 +182,15 @@ finish_beside() {
   if [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
-# Every scenario runs beside pytest (the default scenario too, since its two reruns of site.yml on the real engine
-# made pytest-then-default the longest path, 47 minutes): each has its own hosts, and the machine's two cores stay
-# busy while one of them waits.
-declare -A beside_pid
 checks_after_lint() {
   local scenario
-  rm -f "$results"/molecule-*.status
-  for scenario in $(test_scenarios); do
-    start_beside "$scenario"
-  done
+  rm -f "$results/molecule-fleet.status"
+  start_beside fleet
   run_pytest
   for scenario in $(test_scenarios); do
-    finish_beside "$scenario"
+    [ "$scenario" = fleet ] || step "molecule $scenario" molecule test -s "$scenario"
   done
+  finish_beside fleet
 }
 
 if [ "${1:-all}" = lint ]; then
