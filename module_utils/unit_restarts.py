@@ -45,7 +45,19 @@ VOLATILE_KEYS = (
 COMPARED_KEYS = ("image", "serve_args", "env", "docker_args", "volumes", "port", "hf_revision")
 
 # The keys of a unit that the roles routing to, watching or measuring a host read (fact vllm_server_endpoints).
-ENDPOINT_KEYS = ("served", "kind", "port", "unit", "recipe", "url", "hf_repo", "hf_revision", "image_shown", "snapshot")
+ENDPOINT_KEYS = (
+    "served",
+    "aliases",
+    "kind",
+    "port",
+    "unit",
+    "recipe",
+    "url",
+    "hf_repo",
+    "hf_revision",
+    "image_shown",
+    "snapshot",
+)
 # ... and from its memory plan: what the server holds of a request (vllm_bench's Arena profile keeps within it).
 ENDPOINT_PLAN_KEYS = ("max_model_len", "prefix_caching")
 

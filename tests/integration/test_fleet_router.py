@@ -1,9 +1,11 @@
 """The fleet's router on loopback: the real vllm-router, started with the command line of the fleet_router role's
 unit (rendered by Ansible from the role's template and defaults), in front of stand-in vLLM servers, with the
-role's helper (router_workers.py) registering, draining and readmitting them, and the real HAProxy (Debian's
-package: apt-get install haproxy) with the role's configuration in front of it, as on a router whose endpoint is on
-the network. Nothing here leaves 127.0.0.1: the role's files are rendered for a network address (192.0.2.10, a
-documentation address no test binds or reaches) and HAProxy's listener is moved to 127.0.0.1."""
+role's helper (router_workers.py) registering, draining and readmitting them, the fleet's gate (fleet_gate.py, its
+unit's command line) in front of the router, and the real HAProxy (Debian's package: apt-get install haproxy) with
+the role's configuration in front of the gate, as on a router whose endpoint is on the network. The gate's own
+behaviour (keys, limits, aliases, usage) is tested in test_fleet_gate.py. Nothing here leaves 127.0.0.1: the
+role's files are rendered for a network address (192.0.2.10, a documentation address no test binds or reaches)
+and HAProxy's listener is moved to 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,9 +13,7 @@ import http.client
 import json
 import os
 import re
-import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,90 +25,38 @@ from pathlib import Path
 
 import pytest
 from helpers import READY_TIMEOUT_S, ROOT, ansible_tool, log_tails, wait_until
-from helpers.vllm_standin import VLLM, free_port
+from helpers.fleet_gate import start_gate, write_keys
+from helpers.fleet_router import (
+    CLIENT_KEY,
+    FRONT,
+    GATE_UNIT,
+    KEY,
+    TOOL,
+    TOOL_TIMEOUT_S,
+    UNIT,
+    Backend,
+    command_of,
+    get,
+    render,
+    rendered,
+)
+from helpers.vllm_standin import free_port
 
 sys.path.insert(0, str(ROOT / "molecule" / "shared"))
 from fleet_load import Load  # the same client the molecule fleet scenario uses
 
-ROLE = ROOT / "roles" / "fleet_router"
-TOOL = ROLE / "files" / "router_workers.py"
-KEY = "fleet-key"
 NETWORK_ADDRESS = "192.0.2.10"  # what the role's files are rendered for; never bound here (see the docstring)
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-TOOL_TIMEOUT_S = READY_TIMEOUT_S + 60  # router_workers.py waits up to --wait itself
-STANDIN_ENV = {"VLLM_STANDIN_LOAD_SECONDS": "0.3", "VLLM_STANDIN_DECODE_TOK_S": "200"}
 
 
-class Backend:
-    """One stand-in vLLM on loopback that can be killed and started again on the same port."""
-
-    def __init__(self, tmp: Path, model: str) -> None:
-        self.model, self.port, self.tmp = model, free_port(), tmp
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / f"backend-{self.port}.log"
-        self.process: subprocess.Popen | None = None
-        self.start()
-
-    def start(self) -> None:
-        argv = [str(VLLM), "serve", "org/" + self.model, "--served-model-name", self.model, "--api-key", KEY]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port)]
-        with self.log.open("ab") as log:
-            env = {**os.environ, **STANDIN_ENV}
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-        wait_until(lambda: get(self.url + "/health")[0] == 200, f"backend {self.url} healthy", [self.log])
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def requests_served(self) -> float:
-        text = get(self.url + "/metrics")[1]
-        return sum(float(value) for value in re.findall(r"(?m)^vllm:request_success_total\{[^}]*\} (\S+)$", text))
-
-
-def get(url: str, key: str | None = None, method: str = "GET", body: object | None = None) -> tuple[int, str]:
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    data = json.dumps(body).encode() if body is not None else None
-    if data is not None:
-        headers["content-type"] = "application/json"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return 0, ""
-
-
-def render(tmp: Path, template: str, variables: dict) -> tuple[subprocess.CompletedProcess, Path]:
-    """Ansible's run of one of the role's templates (path under templates/) with the role's defaults and internal
-    variables and VARIABLES over them, and where it writes the file."""
-    dest = tmp / Path(template).name.removesuffix(".j2")
-    variables = {**variables, "ansible_python_interpreter": sys.executable}
-    argv = [ansible_tool("ansible"), "localhost", "-c", "local", "-i", "localhost,", "-m", "ansible.builtin.template"]
-    argv += ["-a", f"src={ROLE}/templates/{template} dest={dest}"]
-    argv += ["-e", f"@{ROLE}/defaults/main.yml", "-e", f"@{ROLE}/vars/main.yml", "-e", json.dumps(variables)]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120), dest
-
-
-def rendered(tmp: Path, template: str, variables: dict) -> str:
-    """The text of one of the role's templates, rendered as render() does."""
-    done, dest = render(tmp, template, variables)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return dest.read_text()
-
-
-UNIT = "etc/systemd/system/sparkfleet-router.service.j2"
-FRONT = "etc/haproxy/haproxy.cfg.j2"
-
-
-def router_variables(port: int, internal_port: int, metrics_port: int) -> dict:
+def router_variables(port: int, internal_port: int, metrics_port: int, gate_port: int = 18081) -> dict:
     """A router whose endpoint is on the network (NETWORK_ADDRESS:port), quick health checks, this venv's router."""
     return {
         "fleet_router_listen_address": NETWORK_ADDRESS,
         "fleet_router_port": port,
         "fleet_router_internal_port": internal_port,
+        "fleet_router_gate_port": gate_port,
+        "fleet_router_gate_metrics_port": free_port(),
         "fleet_router_metrics_port": metrics_port,
         "fleet_router_venv": str(Path(sys.executable).parent.parent),
         "fleet_router_health_interval_s": 1,
@@ -126,13 +74,6 @@ def front_on_loopback(config: str, port: int) -> str:
     return config
 
 
-def command_of(unit: str, key: str) -> list[str]:
-    """The argv of one Exec line of a unit, continuation lines joined."""
-    joined = unit.replace("\\\n", " ")
-    line = next(line for line in joined.splitlines() if line.startswith(key + "="))
-    return shlex.split(line.split("=", 1)[1])
-
-
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """Three stand-in Sparks, vllm-router on 127.0.0.1:internal port as the unit runs it, HAProxy on 127.0.0.1:port
@@ -140,15 +81,18 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     assert Path(HAPROXY).exists(), "HAProxy is not installed: apt-get install haproxy (tests/run-all.sh does)"
     tmp = tmp_path_factory.mktemp("router")
     backends = [Backend(tmp, "qwen3-0.6b"), Backend(tmp, "qwen3-0.6b"), Backend(tmp, "model-b")]
-    port, internal_port = free_port(), free_port()
-    variables = router_variables(port, internal_port, free_port())
+    port, internal_port, gate_port = free_port(), free_port(), free_port()
+    variables = router_variables(port, internal_port, free_port(), gate_port)
     unit = rendered(tmp, UNIT, variables)
+    gate_unit = rendered(tmp, GATE_UNIT, variables)
     front = rendered(tmp, FRONT, variables)
     (tmp / "haproxy.cfg").write_text(front_on_loopback(front, port))
     checked = subprocess.run([HAPROXY, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr  # as the role's template task validates it
     with (tmp / "router.log").open("wb") as log:
         router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
+    write_keys(tmp / "keys.json", [{"name": "fleet", "key": CLIENT_KEY}])
+    gate = start_gate(command_of(gate_unit, "ExecStart"), tmp / "keys.json", KEY, tmp / "gate.log")
     with (tmp / "haproxy.log").open("wb") as log:
         haproxy = subprocess.Popen([HAPROXY, "-db", "-f", str(tmp / "haproxy.cfg")], stdout=log, stderr=log)
     workers = tmp / "workers.json"
@@ -158,7 +102,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     post[1], post[post.index("--workers") + 1] = str(TOOL), str(workers)
     post[post.index("--wait") + 1] = str(READY_TIMEOUT_S)  # the unit's 60 s, sized for a loaded 2-core machine
     admin, base = f"http://127.0.0.1:{internal_port}", f"http://127.0.0.1:{port}"
-    logs = [tmp / "router.log", tmp / "haproxy.log", *(backend.log for backend in backends)]
+    logs = [tmp / "router.log", tmp / "gate.log", tmp / "haproxy.log", *(backend.log for backend in backends)]
     try:
         started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
         assert started.returncode == 0, started.stderr + log_tails([tmp / "router.log"])
@@ -170,13 +114,15 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             "backends": backends,
             "workers": workers,
             "unit": unit,
+            "gate_unit": gate_unit,
+            "gate_port": gate_port,
             "front": front,
             "post": post,
             "started": started,
             "logs": logs,
         }
     finally:
-        for process in (haproxy, router):
+        for process in (haproxy, gate, router):
             process.terminate()
             process.wait(timeout=10)
         for backend in backends:
@@ -200,7 +146,7 @@ def health_of(base: str) -> dict[str, bool]:
     return {w["url"]: w["is_healthy"] for w in tool(base, "list")["workers"]}
 
 
-def chat(base: str, model: str, key: str | None = KEY) -> tuple[int, str]:
+def chat(base: str, model: str, key: str | None = CLIENT_KEY) -> tuple[int, str]:
     request = urllib.request.Request(
         base + "/v1/chat/completions",
         data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode(),
@@ -230,12 +176,18 @@ def test_behind_haproxy_the_router_and_its_helper_keep_to_loopback(fleet):
     assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"  # metrics: on their own loopback address
 
 
-def test_the_default_endpoint_is_vllm_router_on_loopback(tmp_path):
-    """No listen address in the inventory: the endpoint is vllm-router itself on 127.0.0.1:8080, no HAProxy."""
-    unit = rendered(tmp_path, UNIT, {})
+def test_the_default_endpoint_is_the_gate_on_loopback_in_front_of_vllm_router(tmp_path):
+    """No listen address in the inventory: the endpoint is the gate itself on 127.0.0.1:8080 (no HAProxy), in front
+    of vllm-router on 127.0.0.1:18080; the usage metrics on 127.0.0.1:29001."""
+    unit, gate_unit = rendered(tmp_path, UNIT, {}), rendered(tmp_path, GATE_UNIT, {})
     argv, post = command_of(unit, "ExecStart"), command_of(unit, "ExecStartPost")
-    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "8080"
-    assert post[post.index("--router") + 1] == "http://127.0.0.1:8080"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and argv[argv.index("--port") + 1] == "18080"
+    assert post[post.index("--router") + 1] == "http://127.0.0.1:18080"
+    gate = command_of(gate_unit, "ExecStart")
+    assert gate[gate.index("--listen") + 1] == "127.0.0.1:8080"
+    assert gate[gate.index("--upstream") + 1] == "http://127.0.0.1:18080"
+    assert gate[gate.index("--metrics") + 1] == "127.0.0.1:29001"
+    assert "EnvironmentFile=/etc/sparkfleet/gate/spark-key.env" in gate_unit and "User=sparkfleet-gate" in gate_unit
 
 
 # vllm-router's admin and internal paths (its server.rs: /workers and /workers/{url}, the legacy /add_worker,
@@ -273,7 +225,7 @@ def raw_status(port: int, method: str, path: str, body: bytes = b"") -> int:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         connection.putrequest(method, path, skip_accept_encoding=True)
-        connection.putheader("authorization", f"Bearer {KEY}")
+        connection.putheader("authorization", f"Bearer {CLIENT_KEY}")
         connection.putheader("content-type", "application/json")
         connection.putheader("content-length", str(len(body)))
         connection.endheaders(body)
@@ -294,8 +246,8 @@ def test_the_endpoint_refuses_the_admin_api_and_every_other_path(fleet, method, 
 def test_a_refused_worker_is_not_added_and_the_admin_api_still_answers_on_loopback(fleet):
     base, admin = fleet["base"], fleet["admin"]
     intruder = {"url": "http://127.0.0.1:9", "model_id": "qwen3-0.6b"}
-    assert get(base + "/workers", key=KEY, method="POST", body=intruder)[0] == 403
-    assert get(base + "/workers", key=KEY)[0] == 403
+    assert get(base + "/workers", key=CLIENT_KEY, method="POST", body=intruder)[0] == 403
+    assert get(base + "/workers", key=CLIENT_KEY)[0] == 403
     status, text = get(admin + "/workers")  # what router_workers.py uses, on vllm-router's own loopback port
     assert status == 200
     held = {worker["url"] for worker in json.loads(text)["workers"]}
@@ -305,9 +257,9 @@ def test_a_refused_worker_is_not_added_and_the_admin_api_still_answers_on_loopba
 def test_the_endpoint_forwards_the_openai_api_and_health(fleet):
     base = fleet["base"]
     assert get(base + "/health")[0] == 200
-    assert get(base + "/v1/models", key=KEY)[0] == 200
+    assert get(base + "/v1/models", key=CLIENT_KEY)[0] == 200
     assert chat(base, "qwen3-0.6b") == (200, "qwen3-0.6b")
-    assert chat(base, "qwen3-0.6b", key=None)[0] == 401  # through HAProxy too, the Spark checks the key
+    assert chat(base, "qwen3-0.6b", key=None)[0] == 401  # through HAProxy too, the gate checks the key
 
 
 def test_a_streamed_answer_comes_through_haproxy_whole(fleet):
@@ -315,7 +267,7 @@ def test_a_streamed_answer_comes_through_haproxy_whole(fleet):
     request = urllib.request.Request(
         fleet["base"] + "/v1/chat/completions",
         data=json.dumps(body).encode(),
-        headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
+        headers={"content-type": "application/json", "authorization": f"Bearer {CLIENT_KEY}"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -326,7 +278,7 @@ def test_a_streamed_answer_comes_through_haproxy_whole(fleet):
 def test_haproxys_timeouts_suit_long_answers(fleet):
     front = fleet["front"]
     assert "timeout server 1800s" in front and "timeout client 1800s" in front
-    assert f"server vllm_router 127.0.0.1:{fleet['admin'].rsplit(':', 1)[1]}" in front
+    assert f"server fleet_gate 127.0.0.1:{fleet['gate_port']}" in front
 
 
 def test_each_model_is_reached_by_its_name_and_only_with_the_key(fleet):
@@ -334,9 +286,11 @@ def test_each_model_is_reached_by_its_name_and_only_with_the_key(fleet):
     assert chat(base, "qwen3-0.6b") == (200, "qwen3-0.6b")
     assert chat(base, "model-b") == (200, "model-b")
     status, _ = chat(base, "qwen3-0.6b", key=None)
-    assert status == 401  # the router forwards the key; the Spark refuses a request without it
+    assert status == 401  # the gate refuses a request without a key of its list
     status, _ = chat(base, "qwen3-0.6b", key="wrong")
     assert status == 401
+    status, _ = chat(base, "qwen3-0.6b", key=KEY)
+    assert status == 401  # the Sparks' own key is no client key
     assert chat(base, "qwen3-0.6b") == (200, "qwen3-0.6b")  # refusals eject no backend
 
 
@@ -352,7 +306,7 @@ def test_a_second_sync_changes_nothing_and_a_stale_worker_is_removed(fleet):
 
 def test_a_killed_backend_is_ejected_and_no_request_sent_after_the_kill_fails(fleet):
     base, admin, victim, logs = fleet["base"], fleet["admin"], fleet["backends"][0], fleet["logs"]
-    with Load(base, KEY, "qwen3-0.6b") as load:
+    with Load(base, CLIENT_KEY, "qwen3-0.6b") as load:
         wait_until(lambda: load.ok > 0, "the load's first answers", logs)
         killed_at = time.monotonic()
         victim.kill()
@@ -373,7 +327,7 @@ def test_a_drained_backend_gets_no_request_until_it_is_admitted_again(fleet):
     base, admin, drained = fleet["base"], fleet["admin"], fleet["backends"][1]
     assert tool(admin, "remove", "--url", drained.url) == {"added": [], "removed": [drained.url]}
     before = drained.requests_served()
-    with Load(base, KEY, "qwen3-0.6b") as load:
+    with Load(base, CLIENT_KEY, "qwen3-0.6b") as load:
         wait_until(lambda: load.ok > 10 or load.failures, "more than 10 answers through the router", fleet["logs"])
     assert load.failures == [] and load.ok > 10
     assert drained.requests_served() == before
@@ -410,6 +364,7 @@ def run_validate(tmp: Path, overrides: dict) -> subprocess.CompletedProcess:
     playbook = tmp / "validate.yml"
     task = {"ansible.builtin.include_role": {"name": "fleet_router", "tasks_from": "validate"}}
     playbook.write_text(json.dumps([{"hosts": "router", "gather_facts": False, "tasks": [task]}]))
+    overrides = {"sparkfleet_api_key": CLIENT_KEY, **overrides}
     argv = [ansible_tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(overrides)]
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
@@ -429,7 +384,10 @@ def test_preflight_refuses_a_listen_address_that_is_no_ip_address(tmp_path, addr
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"fleet_router_internal_port": 8080}, "must be three different TCP ports"),
+        ({"fleet_router_internal_port": 8080}, "must be five different TCP ports"),
+        ({"fleet_router_gate_port": 29000}, "must be five different TCP ports"),
+        ({"fleet_router_keys": []}, "fleet_router_keys is empty, so no one could use the endpoint"),
+        ({"fleet_router_spark_key": ""}, "fleet_router_spark_key is empty"),
         ({"fleet_router_tls_certificate": "/etc/fleet.pem"}, "is on loopback"),
         ({"fleet_router_tls_certificate": "/etc/fleet .pem"}, "fleet_router_tls_certificate='/etc/fleet .pem'"),
         ({"fleet_router_backend_addresses": {"spark-1": "spark 1"}}, "fleet_router_backend_addresses.spark-1="),

@@ -254,6 +254,7 @@ def test_only_units_that_answer_the_api_are_endpoints(_models):
     assert endpoint["kind"] == "chat"
     assert set(endpoint) == {
         "served",
+        "aliases",
         "kind",
         "port",
         "unit",

@@ -1,0 +1,188 @@
+"""The fleet gate's rules: keys checked in preflight without a key in any message, the aliases the Sparks publish,
+and the keys file (module_utils/gate_keys.py); the gate's reading of answers and its error shapes
+(roles/fleet_router/files/fleet_gate.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+
+import pytest
+from gate_keys import aliases, keys_file, problems
+from helpers import ROOT
+
+_spec = importlib.util.spec_from_file_location(
+    "fleet_gate", ROOT / "roles" / "fleet_router" / "files" / "fleet_gate.py"
+)
+fleet_gate = importlib.util.module_from_spec(_spec)
+sys.modules["fleet_gate"] = fleet_gate  # its dataclasses look their module up there
+_spec.loader.exec_module(fleet_gate)
+
+ALICE = "alice-key-0123456789abcdef"
+BOB = "bob-key-0123456789abcdef"
+SPARKS = "sparks-key-0123456789"
+
+
+def test_good_keys_pass():
+    keys = [{"name": "alice", "key": ALICE, "requests_per_minute": 60, "concurrent": 2}, {"name": "bob", "key": BOB}]
+    assert problems(keys, SPARKS) == []
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ([], "fleet_router_keys is empty, so no one could use the endpoint"),
+        ([{"name": "alice"}], "fleet_router_keys[0] (alice).key: missing"),
+        ([{"name": "alice", "key": "short-key"}], "fleet_router_keys[0] (alice).key is shorter than 16 characters"),
+        ([{"name": "alice", "key": ALICE + " x"}], "fleet_router_keys[0] (alice).key contains a space"),
+        ([{"name": "al ice", "key": ALICE}], "fleet_router_keys[0].name='al ice'"),
+        ([{"name": "alice", "key": ALICE}, {"name": "alice", "key": BOB}], "the name alice is used twice"),
+        ([{"name": "alice", "key": ALICE}, {"name": "bob", "key": ALICE}], "(bob).key is another entry's key too"),
+        ([{"name": "alice", "key": ALICE, "concurrent": -1}], "(alice).concurrent=-1: a whole number"),
+        ([{"name": "alice", "key": ALICE, "requests_per_minute": "60"}], "(alice).requests_per_minute='60'"),
+        ([{"name": "alice", "key": ALICE, "enabled": "no"}], "(alice).enabled='no': true or false"),
+        ([{"name": "alice", "key": ALICE, "limit": 3}], "(alice): unknown keys limit"),
+        ("alice", "fleet_router_keys: expected a list"),
+    ],
+)
+def test_each_bad_entry_is_named_and_no_key_is_shown(keys, message):
+    found = problems(keys, SPARKS)
+    assert any(message in problem for problem in found), found
+    for problem in found:
+        assert ALICE not in problem and BOB not in problem and "short-key" not in problem
+
+
+@pytest.mark.parametrize(("spark_key", "message"), [("", "is empty"), ("a b", "contains a space"), (None, "is empty")])
+def test_the_sparks_key_is_required(spark_key, message):
+    found = problems([{"name": "alice", "key": ALICE}], spark_key)
+    assert found and found[0].startswith("fleet_router_spark_key") and message in found[0]
+
+
+def test_the_keys_file_holds_digests_limits_and_aliases_but_no_key():
+    keys = [{"name": "alice", "key": ALICE, "concurrent": 2}, {"name": "bob", "key": BOB, "enabled": False}]
+    written = keys_file(keys, {"gpt-4o-mini": "qwen3-0.6b"})
+    assert written == {
+        "keys": [
+            {
+                "name": "alice",
+                "sha256": hashlib.sha256(ALICE.encode()).hexdigest(),
+                "enabled": True,
+                "requests_per_minute": 0,
+                "concurrent": 2,
+            },
+            {
+                "name": "bob",
+                "sha256": hashlib.sha256(BOB.encode()).hexdigest(),
+                "enabled": False,
+                "requests_per_minute": 0,
+                "concurrent": 0,
+            },
+        ],
+        "aliases": {"gpt-4o-mini": "qwen3-0.6b"},
+    }
+    text = json.dumps(written)
+    assert ALICE not in text and BOB not in text
+    # The gate reads it: alice by her key's digest, bob (revoked) not at all.
+    config = fleet_gate.parse_config(text)
+    assert [key.name for key in config.keys_by_hash.values()] == ["alice"]
+    assert config.aliases == {"gpt-4o-mini": "qwen3-0.6b"}
+
+
+def test_aliases_come_from_the_sparks_and_clashes_are_named():
+    endpoints = [
+        {"served": "qwen3-0.6b", "aliases": ["gpt-4o-mini", "small"]},
+        {"served": "qwen3-0.6b", "aliases": ["gpt-4o-mini"]},
+        {"served": "gpt-oss-120b", "aliases": []},
+    ]
+    assert aliases(endpoints) == ({"gpt-4o-mini": "qwen3-0.6b", "small": "qwen3-0.6b"}, [])
+    clashing = [*endpoints, {"served": "gpt-oss-120b", "aliases": ["small", "qwen3-0.6b"]}]
+    _, clashes = aliases(clashing)
+    assert clashes == [
+        "qwen3-0.6b is an alias of gpt-oss-120b and the served name of another model",
+        "small is an alias of both qwen3-0.6b and gpt-oss-120b",
+    ]
+
+
+def test_a_damaged_keys_file_is_refused_so_the_gate_keeps_the_last_good_one():
+    with pytest.raises(ValueError, match="sha256 is not 64 hex digits"):
+        fleet_gate.parse_config(json.dumps({"keys": [{"name": "alice", "sha256": "abc"}]}))
+    with pytest.raises(ValueError):
+        fleet_gate.parse_config("{not json")
+
+
+@pytest.mark.parametrize(
+    ("answer", "tokens"),
+    [
+        ({"object": "chat.completion", "usage": {"prompt_tokens": 7, "completion_tokens": 5}}, (7, 5)),
+        ({"object": "response", "usage": {"input_tokens": 9, "output_tokens": 4}}, (9, 4)),
+        ({"type": "message", "usage": {"input_tokens": 3, "output_tokens": 8}}, (3, 8)),
+        ({"object": "list", "data": []}, (0, 0)),
+    ],
+    ids=["chat", "responses", "messages", "no-usage"],
+)
+def test_usage_is_read_from_each_apis_answer(answer, tokens):
+    assert fleet_gate.usage_of(answer) == tokens
+
+
+def sse(*events: dict | str) -> bytes:
+    return b"".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events)
+
+
+@pytest.mark.parametrize(
+    ("stream", "tokens"),
+    [
+        (
+            sse(
+                {"object": "chat.completion.chunk", "choices": [{"delta": {"content": "hi"}}]},
+                {
+                    "object": "chat.completion.chunk",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 6, "completion_tokens": 2},
+                },
+                "[DONE]",
+            ),
+            (6, 2),
+        ),
+        (
+            b"event: response.created\n"
+            + sse({"type": "response.created", "response": {"usage": None}})
+            + b"event: response.completed\n"
+            + sse({"type": "response.completed", "response": {"usage": {"input_tokens": 11, "output_tokens": 3}}}),
+            (11, 3),
+        ),
+        (
+            b"event: message_start\n"
+            + sse({"type": "message_start", "message": {"usage": {"input_tokens": 12, "output_tokens": 1}}})
+            + sse({"type": "message_delta", "usage": {"output_tokens": 4}})
+            + sse({"type": "message_delta", "usage": {"output_tokens": 9}})
+            + sse({"type": "message_stop"}),
+            (12, 10),
+        ),
+        (sse({"object": "chat.completion.chunk", "choices": [{"delta": {"content": "hi"}}]}, "[DONE]"), (0, 0)),
+    ],
+    ids=["chat", "responses", "messages", "chat-without-usage"],
+)
+def test_usage_is_counted_in_a_stream_cut_anywhere(stream, tokens):
+    for cut in range(1, len(stream), 7):  # bytes arrive in any pieces; the stream is passed on unchanged
+        counter = fleet_gate.StreamUsage()
+        counter.feed(stream[:cut])
+        counter.feed(stream[cut:])
+        assert counter.totals() == tokens
+
+
+def test_refusals_have_each_apis_own_shape():
+    openai = fleet_gate.error_body("chat", 401, "no")
+    assert openai == {
+        "error": {"message": "no", "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+    }
+    anthropic = fleet_gate.error_body("messages", 429, "slow down")
+    assert anthropic == {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    assert fleet_gate.api_of("/v1/messages/count_tokens") == "messages"
+    assert fleet_gate.api_of("/v1/chat/completions") == "chat" and fleet_gate.api_of("/v1/completions") == "completions"
+
+
+def test_a_model_list_is_read_in_either_shape():
+    assert fleet_gate.served_names({"models": ["a", "b", "a"]}) == ["a", "b"]  # vllm-router 0.1.17
+    assert fleet_gate.served_names({"object": "list", "data": [{"id": "a"}]}) == ["a"]  # OpenAI's
