@@ -2,9 +2,9 @@
 # `make test`: everything a fresh Debian 12 machine needs, then every test.
 #
 #   setup:  apt packages, the Docker engine (dockerd started by hand: these machines have no systemd),
-#           the Python venv, the simulated-Spark images, the fixtures (signed apt repo, registry, Hub models,
-#           the prefetch venv's wheels, the real vLLM engine for the CPU, the real models it serves and a registry
-#           holding it as an image)
+#           the simulated-Spark images beside the Python venv and the fixtures that need no image (signed apt
+#           repo, Hub models, the prefetch venv's wheels, the real vLLM engine for the CPU, the real models it
+#           serves), then the fixtures built on the images (the stand-in's registry, a registry holding the engine)
 #   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario (the fleet's beside the others)
 #
 # Each check counts as passed or failed (pytest counts each of its tests). The last line is
@@ -90,22 +90,60 @@ make_venv() {
   echo "$want" >"$stamp"
 }
 
-# The real engine and its models come before the Hub fixture (which serves SmolLM2 from the real models) and the
-# engine's registry (an image of the engine's venv).
-build_fixtures() {
+# The fixtures that need no image: the real engine and its models come before the Hub fixture (which serves
+# SmolLM2 from the real models).
+build_fixtures_without_images() {
   bash tests/fixtures/build-apt-repo.sh "$cache/fixtures/apt" &&
-    bash tests/fixtures/build-registry.sh "$cache/fixtures/registry" &&
     bash tests/fixtures/build-wheelhouse.sh "$cache/fixtures/wheels" &&
     bash tests/fixtures/build-vllm-engine.sh "$cache/fixtures/vllm-engine" &&
     "$cache/fixtures/vllm-engine/bin/python" tests/fixtures/build_real_models.py "$cache/fixtures/real-models" &&
-    python tests/fixtures/build_hf_models.py "$cache/fixtures/hf" --real-models "$cache/fixtures/real-models" &&
+    python tests/fixtures/build_hf_models.py "$cache/fixtures/hf" --real-models "$cache/fixtures/real-models"
+}
+
+# The registries hold images built on the python-base image (tests/simspark/build-images.sh): the stand-in's, and
+# the engine's from its venv.
+build_fixtures_on_images() {
+  bash tests/fixtures/build-registry.sh "$cache/fixtures/registry" &&
     bash tests/fixtures/build-engine-registry.sh "$cache/fixtures/registry-engine" "$cache/fixtures/vllm-engine"
+}
+
+# The simulated-Spark images (debootstrap, then docker build) are built beside the venv and the fixtures that need
+# no image, which spend most of their time downloading (pip, the engine's 765 MB): on a fresh machine this hides
+# the images' minutes. Their output goes to tests/.results/images.log, printed when they end.
+start_images_beside() {
+  mkdir -p "$results"
+  echo
+  echo "=== simulated-Spark images: started beside the venv and the fixtures (log: tests/.results/images.log)"
+  (
+    started=$(date +%s)
+    bash tests/simspark/build-images.sh >"$results/images.log" 2>&1
+    echo "$? $(($(date +%s) - started))" >"$results/images.status"
+  ) &
+  images_pid=$!
+}
+
+finish_images_beside() {
+  local rc elapsed
+  wait "$images_pid"
+  read -r rc elapsed <"$results/images.status"
+  echo
+  echo "=== simulated-Spark images (ran beside the venv and the fixtures)"
+  cat "$results/images.log"
+  timings+=("$(printf '%-28s %5ss  %s' "Spark images (beside)" "$elapsed" "$([ "$rc" -eq 0 ] && echo ok || echo FAILED)")")
+  if [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  return "$rc"
 }
 
 setup() {
   step "apt packages" install_apt_packages &&
-    step "docker engine" start_docker_engine &&
-    step "python venv" make_venv
+    step "docker engine" start_docker_engine || return 1
+  rm -f "$results/images.status"
+  start_images_beside
+  step "python venv" make_venv &&
+    step "fixtures without images" build_fixtures_without_images
+  local rc=$?
+  finish_images_beside || return 1
+  [ "$rc" -eq 0 ] && step "fixtures on images" build_fixtures_on_images
 }
 
 # --- checks ----------------------------------------------------------------------------------------------------
@@ -199,8 +237,6 @@ if [ "${1:-all}" = lint ]; then
 fi
 
 setup || finish
-step "simulated-Spark images" bash tests/simspark/build-images.sh || finish
-step "fixtures" build_fixtures || finish
 [ "${1:-all}" = setup ] && finish
 lint
 checks_after_lint

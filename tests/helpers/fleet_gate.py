@@ -34,6 +34,6 @@ def gate_argv(exec_start: list[str], keys_file: Path) -> list[str]:
 
 def start_gate(exec_start: list[str], keys_file: Path, spark_key: str, log: Path) -> subprocess.Popen:
     """The gate as its unit runs it, the Sparks' key in its environment (the unit's EnvironmentFile)."""
-    env = {**os.environ, "FLEET_GATE_SPARK_KEY": spark_key}
+    env = {**os.environ, "FLEET_SPARK_KEY": spark_key}
     with log.open("ab") as handle:
         return subprocess.Popen(gate_argv(exec_start, keys_file), stdout=handle, stderr=subprocess.STDOUT, env=env)

@@ -96,3 +96,9 @@ def command_of(unit: str, key: str) -> list[str]:
     joined = unit.replace("\\\n", " ")
     line = next(line for line in joined.splitlines() if line.startswith(key + "="))
     return shlex.split(line.split("=", 1)[1])
+
+
+def start_router(unit: str, log: Path) -> subprocess.Popen:
+    """vllm-router with the command line of the role's unit."""
+    with log.open("ab") as handle:
+        return subprocess.Popen(command_of(unit, "ExecStart"), stdout=handle, stderr=subprocess.STDOUT)

@@ -17,7 +17,17 @@ from pathlib import Path
 import pytest
 from helpers import READY_TIMEOUT_S, log_tails, wait_until
 from helpers.fleet_gate import start_gate, write_keys
-from helpers.fleet_router import GATE_UNIT, KEY, TOOL, TOOL_TIMEOUT_S, UNIT, Backend, command_of, rendered
+from helpers.fleet_router import (
+    GATE_UNIT,
+    KEY,
+    TOOL,
+    TOOL_TIMEOUT_S,
+    UNIT,
+    Backend,
+    command_of,
+    rendered,
+    start_router,
+)
 from helpers.vllm_standin import free_port
 
 # Each test has keys of its own, so that limits and revocations of one do not touch another.
@@ -56,8 +66,7 @@ def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     unit, gate_unit = rendered(tmp, UNIT, variables), rendered(tmp, GATE_UNIT, variables)
     keys = tmp / "keys.json"
     write_keys(keys, entries(), ALIASES)
-    with (tmp / "router.log").open("wb") as log:
-        router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
+    router = start_router(unit, tmp / "router.log")
     gate = start_gate(command_of(gate_unit, "ExecStart"), keys, KEY, tmp / "gate.log")
     workers = tmp / "workers.json"
     workers.write_text(json.dumps([{"host": f"h{i}", "url": b.url, "model": b.model} for i, b in enumerate(backends)]))
@@ -202,9 +211,14 @@ def test_usage_is_counted_by_key_name_as_the_answers_report_it(gated):
     assert len(answers) == 2
     prompt = sum(usage["prompt_tokens"] for usage in answers)
     completion = sum(usage["completion_tokens"] for usage in answers)
-    assert metric(gated, 'sparkfleet_gate_prompt_tokens_total{key="grace",api="chat"}') == prompt
-    assert metric(gated, 'sparkfleet_gate_completion_tokens_total{key="grace",api="chat"}') == completion == 12
-    assert metric(gated, 'sparkfleet_gate_requests_total{key="grace",api="chat",status="200"}') == 2
+    assert completion == 12
+    # The gate counts an answer once the Spark's side of it has ended, a moment after the client may have read it.
+    expected = {
+        'sparkfleet_gate_prompt_tokens_total{key="grace",api="chat"}': prompt,
+        'sparkfleet_gate_completion_tokens_total{key="grace",api="chat"}': completion,
+        'sparkfleet_gate_requests_total{key="grace",api="chat",status="200"}': 2,
+    }
+    wait_until(lambda: all(metric(gated, line) == value for line, value in expected.items()), str(expected))
 
 
 def test_the_gate_log_names_keys_and_shows_none(gated):

@@ -39,6 +39,7 @@ from helpers.fleet_router import (
     get,
     render,
     rendered,
+    start_router,
 )
 from helpers.vllm_standin import free_port
 
@@ -89,8 +90,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     (tmp / "haproxy.cfg").write_text(front_on_loopback(front, port))
     checked = subprocess.run([HAPROXY, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr  # as the role's template task validates it
-    with (tmp / "router.log").open("wb") as log:
-        router = subprocess.Popen(command_of(unit, "ExecStart"), stdout=log, stderr=subprocess.STDOUT)
+    router = start_router(unit, tmp / "router.log")
     write_keys(tmp / "keys.json", [{"name": "fleet", "key": CLIENT_KEY}])
     gate = start_gate(command_of(gate_unit, "ExecStart"), tmp / "keys.json", KEY, tmp / "gate.log")
     with (tmp / "haproxy.log").open("wb") as log:
@@ -162,6 +162,7 @@ def chat(base: str, model: str, key: str | None = CLIENT_KEY) -> tuple[int, str]
 def test_the_unit_runs_the_router_in_multi_model_mode_with_health_checks_and_retries(fleet):
     argv = command_of(fleet["unit"], "ExecStart")
     assert argv[0].endswith("/bin/vllm-router") and "--enable-igw" in argv
+    assert KEY not in fleet["unit"] and "--api-key" not in argv  # the gate holds the Sparks' key, not the router
     assert argv[argv.index("--policy") + 1] == "cache_aware"
     assert argv[argv.index("--health-failure-threshold") + 1] == "2"
     assert argv[argv.index("--retry-max-retries") + 1] == "5"
@@ -187,7 +188,7 @@ def test_the_default_endpoint_is_the_gate_on_loopback_in_front_of_vllm_router(tm
     assert gate[gate.index("--listen") + 1] == "127.0.0.1:8080"
     assert gate[gate.index("--upstream") + 1] == "http://127.0.0.1:18080"
     assert gate[gate.index("--metrics") + 1] == "127.0.0.1:29001"
-    assert "EnvironmentFile=/etc/sparkfleet/gate/spark-key.env" in gate_unit and "User=sparkfleet-gate" in gate_unit
+    assert "EnvironmentFile=/etc/sparkfleet/router/spark-key.env" in gate_unit and "User=sparkfleet-gate" in gate_unit
 
 
 # vllm-router's admin and internal paths (its server.rs: /workers and /workers/{url}, the legacy /add_worker,

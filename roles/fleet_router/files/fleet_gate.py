@@ -5,9 +5,12 @@ dependency, from the router's venv).
 - Keys: a JSON file of key names, the SHA-256 of each key, limits and an enabled flag (never a key itself),
   read again within a second of a change: adding, revoking or re-limiting a key needs no restart and cuts no
   stream. A client sends its key as `Authorization: Bearer KEY` or `x-api-key: KEY`.
-- The Sparks see only the fleet's own key (the environment's FLEET_GATE_SPARK_KEY, from the unit's root-only
-  environment file), put in place of the client's: vLLM takes only `Authorization: Bearer`, and vllm-router
-  0.1.17 forwards it on every path.
+- The Sparks see only their own key (the environment's FLEET_SPARK_KEY, from the unit's root-only environment
+  file), put in place of the client's: vLLM takes only `Authorization: Bearer`.
+- The coding agents' paths (/v1/messages, /v1/messages/count_tokens, /v1/responses) go straight to a healthy Spark
+  serving the model, from vllm-router's own worker list (its admin API, so a drained or failing Spark gets none):
+  vllm-router 0.1.17 drops the client's Authorization on them, and in multi-model mode sends them, in some of its
+  starts, to its empty prefill/decode router (503 "No available workers"; both seen on loopback).
 - Limits per key: requests per minute and requests at once; beyond them 429 with Retry-After.
 - Refusals are each API's own error shape: Anthropic's for /v1/messages, OpenAI's elsewhere.
 - Aliases: a request's "model" that is an alias is sent on as the served name it stands for (vllm-router routes
@@ -17,7 +20,7 @@ dependency, from the router's venv).
   the answers (JSON or streamed) of the chat, completion, Responses and Anthropic Messages APIs.
 - The log names the key, never shows it.
 
-  FLEET_GATE_SPARK_KEY=... fleet_gate.py --listen 127.0.0.1:18081 --upstream http://127.0.0.1:18080 \
+  FLEET_SPARK_KEY=... fleet_gate.py --listen 127.0.0.1:18081 --upstream http://127.0.0.1:18080 \
       --keys /etc/sparkfleet/gate/keys.json --metrics 127.0.0.1:29001
 """
 
@@ -63,8 +66,11 @@ APIS = (
     ("/v1/models", "models"),
 )
 RELOAD_EVERY_S = 1.0
+# Paths the gate sends to a Spark itself (see the docstring), and how long it keeps vllm-router's worker list.
+DIRECT_PREFIXES = ("/v1/messages", "/v1/responses")
+WORKERS_EVERY_S = 1.0
 # The environment variable that holds the key the Sparks check.
-SPARK_KEY_VARIABLE = "FLEET_GATE_SPARK_KEY"
+SPARK_KEY_VARIABLE = "FLEET_SPARK_KEY"
 WINDOW_S = 60.0
 
 
@@ -326,6 +332,9 @@ class Gate:
         self.states: dict[str, KeyState] = collections.defaultdict(KeyState)
         self.metrics = Metrics()
         self.session: ClientSession | None = None
+        self.workers: list[dict] = []
+        self.workers_read = 0.0
+        self.worker_load: collections.Counter = collections.Counter()  # requests the gate sent each worker URL
 
     async def start(self, _app: web.Application) -> None:
         self.session = ClientSession(timeout=self.timeout, auto_decompress=False)
@@ -400,17 +409,63 @@ class Gate:
             headers["Authorization"] = f"Bearer {self.upstream_key}"
         return headers
 
+    async def worker_for(self, model: str) -> str | None:
+        """The healthy worker of vllm-router's list serving `model` that the gate has the fewest requests on."""
+        if time.monotonic() - self.workers_read > WORKERS_EVERY_S:
+            async with self.session.get(self.upstream + "/workers", timeout=ClientTimeout(total=10)) as answer:
+                self.workers = (await answer.json()).get("workers", []) if answer.status == 200 else []
+            self.workers_read = time.monotonic()
+        urls = [w["url"] for w in self.workers if w.get("model_id") == model and w.get("is_healthy")]
+        return min(urls, key=lambda url: self.worker_load[url]) if urls else None
+
+    async def target(self, request: web.Request, api: str, body: bytes) -> tuple[str, web.Response | None]:
+        """The base URL a request goes to (vllm-router, or a Spark for the agents' paths), or the refusal."""
+        if not request.path.startswith(DIRECT_PREFIXES) or request.method != "POST":
+            return self.upstream, None
+        try:
+            model = json.loads(body).get("model")
+        except (ValueError, AttributeError):
+            model = None
+        if not isinstance(model, str):
+            return "", refuse(api, 400, 'The request names no "model".')
+        worker = await self.worker_for(model)
+        if worker is None:
+            return "", refuse(api, 503, f"No Spark serves {model} now.")
+        return worker.rstrip("/"), None
+
     async def forward(self, request: web.Request, api: str, key: Key | None, body: bytes) -> web.StreamResponse:
         name = key.name if key else ""
-        url = self.upstream + request.rel_url.raw_path_qs
+        try:
+            base, refused = await self.target(request, api, body)
+        except (TimeoutError, OSError, ValueError) as error:
+            base, refused = "", self.unanswered(request, api, name, error)
+        if refused is not None:
+            self.metrics.requests[(name, api, str(refused.status))] += 1
+            return refused
+        self.worker_load[base] += 1
+        try:
+            return await self.relay(request, api, name, base, body)
+        finally:
+            self.worker_load[base] -= 1
+
+    def unanswered(self, request: web.Request, api: str, name: str, error: Exception) -> web.Response:
+        log.error("%s %s 502 key=%s (%s)", request.method, request.path, name or "-", error)
+        return refuse(api, 502, "The fleet's router or Spark did not answer.")
+
+    async def relay(self, request: web.Request, api: str, name: str, base: str, body: bytes) -> web.StreamResponse:
+        """The request sent to `base`, its answer streamed back as it comes, its usage counted. A failure before the
+        answer starts is a 502; one after it cuts the stream, as the Spark's own failure would."""
         try:
             upstream = await self.session.request(
-                request.method, url, headers=self.upstream_headers(request), data=body or None, allow_redirects=False
+                request.method,
+                base + request.rel_url.raw_path_qs,
+                headers=self.upstream_headers(request),
+                data=body or None,
+                allow_redirects=False,
             )
         except (TimeoutError, OSError) as error:
             self.metrics.requests[(name, api, "502")] += 1
-            log.error("%s %s 502 key=%s (router: %s)", request.method, request.path, name or "-", error)
-            return refuse(api, 502, "The fleet's router did not answer.")
+            return self.unanswered(request, api, name, error)
         async with upstream:
             response = web.StreamResponse(status=upstream.status)
             for header, value in upstream.headers.items():
