@@ -3,6 +3,7 @@ from that file since a controller plugin cannot import the project's module_util
 
 - `KEYS | fleet_gate_key_problems(SPARK_KEY)`: what is wrong with fleet_router_keys and fleet_router_spark_key
   (messages name entries, never keys);
+- `KEYS | fleet_gate_key_warnings(SPARK_KEY)`: what is allowed but unwise (a client key that is the Sparks' key);
 - `WORKERS | fleet_gate_aliases`: {aliases: {alias: served name}, clashes: [...]} from the router's workers;
 - `KEYS | fleet_gate_keys_file(ALIASES)`: the gate's keys file (names, SHA-256 of the keys, limits, aliases).
 """
@@ -21,6 +22,11 @@ _spec.loader.exec_module(gate_keys)
 
 def fleet_gate_key_problems(keys: object, spark_key: object) -> list[str]:
     return gate_keys.problems(_plain(keys), _plain(spark_key))
+
+
+def fleet_gate_key_warnings(keys: object, spark_key: object) -> list[str]:
+    plain = _plain(keys)
+    return gate_keys.warnings(plain, str(spark_key or "")) if isinstance(plain, list) else []
 
 
 def fleet_gate_aliases(workers: list) -> dict:
@@ -49,6 +55,7 @@ class FilterModule:
     def filters(self) -> dict:
         return {
             "fleet_gate_key_problems": fleet_gate_key_problems,
+            "fleet_gate_key_warnings": fleet_gate_key_warnings,
             "fleet_gate_aliases": fleet_gate_aliases,
             "fleet_gate_keys_file": fleet_gate_keys_file,
         }

@@ -2,6 +2,7 @@
 
 - `problems(keys, spark_key)`: what is wrong with fleet_router_keys and fleet_router_spark_key, each message
   naming the entry by its index and name, never showing a key.
+- `warnings(keys, spark_key)`: what is allowed but unwise (a client key that is the Sparks' own key).
 - `aliases(endpoints)`: the served-name aliases the Sparks published (fact vllm_server_endpoints), as alias ->
   served name, and what clashes (an alias of two models, or an alias that is another model's served name).
 - `keys_file(keys, aliases)`: the gate's file: each key's name, SHA-256 and limits, and the aliases. It holds no key.
@@ -67,6 +68,18 @@ def problems(keys: object, spark_key: object) -> list[str]:
         if not isinstance(entry.get("enabled", True), bool):
             found.append(f"{label}.enabled={entry.get('enabled')!r}: true or false")
     return found
+
+
+def warnings(keys: list[dict], spark_key: str) -> list[str]:
+    """A client key that is also the Sparks' key: its holder can reach a Spark directly, past the gate's limits,
+    usage and revocation. The default (one key, named fleet, the fleet's shared key) is such a key."""
+    return [
+        f"{VARIABLE}[{index}] ({entry.get('name')}) is the Sparks' own key (fleet_router_spark_key): whoever holds it"
+        " can reach the Sparks directly, past the gate's limits, usage and revocation. Give people and teams keys of"
+        " their own in fleet_router_keys, and keep the Sparks' key to the router and the Sparks."
+        for index, entry in enumerate(keys)
+        if isinstance(entry, dict) and spark_key and entry.get("key") == spark_key and entry.get("enabled", True)
+    ]
 
 
 def _spark_key_problems(key: object) -> list[str]:

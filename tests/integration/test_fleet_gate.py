@@ -226,3 +226,20 @@ def test_the_gate_log_names_keys_and_shows_none(gated):
     assert "key=alice" in text and "key=grace" in text
     for key in [*KEYS.values(), KEY]:
         assert key not in text
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/workers"), ("POST", "/workers"), ("GET", "/add_worker?url=http://127.0.0.1:9"), ("GET", "/metrics")],
+)
+def test_on_loopback_the_gate_refuses_the_routers_admin_api_even_with_a_key(gated, method, path):
+    body = {"url": "http://127.0.0.1:9", "model_id": "qwen3-0.6b"} if method == "POST" else None
+    status, _, _ = call(gated["port"], method, path, {"authorization": f"Bearer {KEYS['alice']}"}, body)
+    assert status == 403
+
+
+def test_health_needs_no_key_and_a_model_is_retrieved_by_its_id(gated):
+    port = gated["port"]
+    assert call(port, "GET", "/health")[0] == 200
+    assert call(port, "POST", "/health", body={})[0] == 403  # GET and HEAD only
+    assert call(port, "GET", "/v1/models")[0] == 401

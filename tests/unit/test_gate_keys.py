@@ -7,10 +7,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import sys
 
 import pytest
-from gate_keys import aliases, keys_file, problems
+from gate_keys import aliases, keys_file, problems, warnings
 from helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location(
@@ -105,11 +106,54 @@ def test_aliases_come_from_the_sparks_and_clashes_are_named():
     ]
 
 
-def test_a_damaged_keys_file_is_refused_so_the_gate_keeps_the_last_good_one():
-    with pytest.raises(ValueError, match="sha256 is not 64 hex digits"):
-        fleet_gate.parse_config(json.dumps({"keys": [{"name": "alice", "sha256": "abc"}]}))
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"keys": [{"name": "alice", "sha256": "abc"}]}),
+        "{not json",
+        json.dumps([]),
+        json.dumps({"keys": {"name": "alice"}}),
+        json.dumps({"keys": ["alice"]}),
+        json.dumps({"keys": [], "aliases": ["a"]}),
+    ],
+    ids=["short-digest", "not-json", "a-list", "keys-a-mapping", "entry-a-string", "aliases-a-list"],
+)
+def test_a_damaged_keys_file_is_refused_so_the_gate_keeps_the_last_good_one(text):
     with pytest.raises(ValueError):
-        fleet_gate.parse_config("{not json")
+        fleet_gate.parse_config(text)
+
+
+def test_the_gate_keeps_the_last_good_keys_when_the_file_is_damaged_and_refuses_all_when_it_is_gone(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps(keys_file([{"name": "alice", "key": ALICE}], {})))
+    keys = fleet_gate.KeysFile(str(path))
+    digest = hashlib.sha256(ALICE.encode()).hexdigest()
+    assert keys.config.keys_by_hash[digest].name == "alice"
+    path.write_text('{"keys": {"broken": true}}')
+    keys.reload(force=True)
+    assert keys.config.keys_by_hash[digest].name == "alice"
+    path.unlink()
+    keys.reload(force=True)
+    assert keys.config.keys_by_hash == {}
+
+
+def test_the_gate_serves_the_paths_haproxy_forwards_and_no_other():
+    """The gate's path rule is HAProxy's (the front on a network endpoint), so a loopback endpoint, with no HAProxy,
+    refuses vllm-router's admin API just the same."""
+    front = (ROOT / "roles" / "fleet_router" / "templates" / "etc" / "haproxy" / "haproxy.cfg.j2").read_text()
+    (haproxy_rule,) = re.findall(r"acl sparkfleet_openai path_reg '([^']+)'", front)
+    assert fleet_gate.API_PATH.pattern == haproxy_rule
+    for path in ("/workers", "/add_worker", "/v1/../workers", "/v1//workers", "/v1/%2e%2e/workers", "/metrics", "/"):
+        assert not fleet_gate.API_PATH.match(path), path
+    for path in ("/v1/chat/completions", "/v1/messages/count_tokens", "/v1/models/qwen3-0.6b"):
+        assert fleet_gate.API_PATH.match(path), path
+
+
+def test_a_client_key_that_is_the_sparks_key_is_warned_about_without_showing_it():
+    keys = [{"name": "fleet", "key": SPARKS}, {"name": "alice", "key": ALICE}]
+    (warning,) = warnings(keys, SPARKS)
+    assert warning.startswith("fleet_router_keys[0] (fleet) is the Sparks' own key") and SPARKS not in warning
+    assert warnings([{"name": "alice", "key": ALICE}], SPARKS) == []
 
 
 @pytest.mark.parametrize(
@@ -118,9 +162,13 @@ def test_a_damaged_keys_file_is_refused_so_the_gate_keeps_the_last_good_one():
         ({"object": "chat.completion", "usage": {"prompt_tokens": 7, "completion_tokens": 5}}, (7, 5)),
         ({"object": "response", "usage": {"input_tokens": 9, "output_tokens": 4}}, (9, 4)),
         ({"type": "message", "usage": {"input_tokens": 3, "output_tokens": 8}}, (3, 8)),
+        (
+            {"type": "message", "usage": {"input_tokens": 3, "cache_read_input_tokens": 5, "output_tokens": 8}},
+            (8, 8),
+        ),
         ({"object": "list", "data": []}, (0, 0)),
     ],
-    ids=["chat", "responses", "messages", "no-usage"],
+    ids=["chat", "responses", "messages", "messages-cached", "no-usage"],
 )
 def test_usage_is_read_from_each_apis_answer(answer, tokens):
     assert fleet_gate.usage_of(answer) == tokens
@@ -158,11 +206,22 @@ def sse(*events: dict | str) -> bytes:
             + sse({"type": "message_delta", "usage": {"output_tokens": 4}})
             + sse({"type": "message_delta", "usage": {"output_tokens": 9}})
             + sse({"type": "message_stop"}),
-            (12, 10),
+            (12, 9),  # message_delta's output_tokens is the total so far, message_start's included
         ),
         (sse({"object": "chat.completion.chunk", "choices": [{"delta": {"content": "hi"}}]}, "[DONE]"), (0, 0)),
+        (
+            # continuous_usage_stats (and the Sparks' --enable-force-include-usage): every chunk has the total so far
+            sse(
+                *(
+                    {"object": "chat.completion.chunk", "usage": {"prompt_tokens": 10, "completion_tokens": n}}
+                    for n in (1, 2, 3)
+                ),
+                "[DONE]",
+            ),
+            (10, 3),
+        ),
     ],
-    ids=["chat", "responses", "messages", "chat-without-usage"],
+    ids=["chat", "responses", "messages", "chat-without-usage", "chat-continuous-usage"],
 )
 def test_usage_is_counted_in_a_stream_cut_anywhere(stream, tokens):
     for cut in range(1, len(stream), 7):  # bytes arrive in any pieces; the stream is passed on unchanged

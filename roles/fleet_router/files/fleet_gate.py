@@ -33,10 +33,11 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 log = logging.getLogger("fleet_gate")
 
@@ -52,10 +53,16 @@ HOP_BY_HOP = {
     "upgrade",
     "host",
     "content-length",
+    "expect",
 }
 CLIENT_KEY_HEADERS = {"authorization", "x-api-key"}
-# Paths that need no key: the fleet's health (HAProxy forwards /health) and the model list's shape is public.
-OPEN_PATHS = {"/health"}
+# The paths the gate serves, as HAProxy's front allows them (templates/etc/haproxy/haproxy.cfg.j2; a unit test
+# holds the two equal): /v1/ and path segments of letters, digits, "_", "~", "-" and "." (none starting with "."),
+# so no "..", no "//", no percent-encoding. Everything else, vllm-router's keyless admin API (/workers, /add_worker,
+# ...) first of all, is refused with 403, even on a loopback endpoint where no HAProxy stands in front.
+API_PATH = re.compile(r"^/v1(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+$")
+# The one path that needs no key: the fleet's health, GET or HEAD, sent on without a body or a key.
+HEALTH_PATH = "/health"
 # The API a path belongs to, for the usage metrics and the error shape.
 APIS = (
     ("/v1/chat/completions", "chat"),
@@ -79,6 +86,11 @@ def api_of(path: str) -> str:
         if path == prefix or path.startswith(prefix + "/"):
             return name
     return "other"
+
+
+def is_model_list(request: web.Request) -> bool:
+    """GET /v1/models itself (not /v1/models/{id}, which goes to the router as it is)."""
+    return request.method == "GET" and request.path == "/v1/models"
 
 
 def error_body(api: str, status: int, message: str) -> dict:
@@ -126,8 +138,14 @@ def parse_config(text: str) -> Config:
     """The keys file: {"keys": [{name, sha256, enabled, requests_per_minute, concurrent}], "aliases": {alias: name}}.
     A malformed file raises ValueError; the gate then keeps the last good one."""
     data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("keys", []), list):
+        raise ValueError('expected {"keys": [...], "aliases": {...}}')
+    if not isinstance(data.get("aliases") or {}, dict):
+        raise ValueError('"aliases" is not a mapping')
     keys: dict[str, Key] = {}
     for entry in data.get("keys", []):
+        if not isinstance(entry, dict):
+            raise ValueError(f"a key entry is not a mapping: {type(entry).__name__}")
         digest = str(entry["sha256"]).lower()
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ValueError(f"key {entry.get('name')!r}: sha256 is not 64 hex digits")
@@ -143,7 +161,7 @@ class KeysFile:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.seen: tuple[float, int] | None = None
+        self.seen: tuple[int, int, int] | None = None
         self.checked = 0.0
         self.config = Config({}, {})
         self.reload(force=True)
@@ -154,20 +172,23 @@ class KeysFile:
             return
         self.checked = now
         try:
-            stat = os.stat(self.path)
+            handle = open(self.path, encoding="utf-8")  # noqa: SIM115 -- closed below, after fstat and read
         except OSError as error:
             log.error("keys file %s: %s; every key is refused until it is back", self.path, error)
             self.config, self.seen = Config({}, {}), None
             return
-        if (stat.st_mtime, stat.st_size) == self.seen:
-            return
-        try:
-            with open(self.path, encoding="utf-8") as handle:
+        with handle:
+            # The file as opened (the role replaces it by a rename): its inode, modification time and size.
+            stat = os.fstat(handle.fileno())
+            seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if seen == self.seen:
+                return
+            try:
                 self.config = parse_config(handle.read())
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log.error("keys file %s: %s; the last good keys stay", self.path, error)
-            return
-        self.seen = (stat.st_mtime, stat.st_size)
+            except Exception as error:  # any damage: the last good keys stay, and the log says why
+                log.error("keys file %s: %s; the last good keys stay", self.path, error)
+                return
+        self.seen = seen
         names = sorted(key.name for key in self.config.keys_by_hash.values())
         log.info(
             "keys file %s: %d keys enabled (%s), %d aliases",
@@ -179,11 +200,17 @@ class KeysFile:
 
 
 def client_key(request: web.Request) -> str | None:
+    """The key a client sent: Authorization: Bearer KEY, else x-api-key: KEY."""
     bearer = request.headers.get("authorization", "")
     scheme, _, value = bearer.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
     return request.headers.get("x-api-key") or None
+
+
+def digest_of(secret: str) -> str:
+    """SHA-256 of a key as the keys file holds it; a key that is not UTF-8 text matches none."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 # --- usage -------------------------------------------------------------------------------------------------------
@@ -204,13 +231,18 @@ def usage_of(message: dict) -> tuple[int, int]:
     usage = message.get("usage")
     if not isinstance(usage, dict):
         return 0, 0
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens")) or 0
-    completion = usage.get("completion_tokens", usage.get("output_tokens")) or 0
-    return int(prompt), int(completion)
+    if "prompt_tokens" in usage:  # OpenAI's chat and completions
+        return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    # The Responses API's, and Anthropic's, whose input_tokens leave out the tokens read from or written to a cache.
+    cached = sum(int(usage.get(k) or 0) for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+    return int(usage.get("input_tokens") or 0) + cached, int(usage.get("output_tokens") or 0)
 
 
 class StreamUsage:
-    """Counts tokens in a server-sent event stream as it passes, without changing a byte of it."""
+    """Counts tokens in a server-sent event stream as it passes, without changing a byte of it. Each usage an
+    OpenAI-style stream reports is the total so far (one at the end with stream_options.include_usage, one per
+    chunk with continuous_usage_stats), so the last one counts; Anthropic's stream gives the input in
+    message_start and the output so far in each message_delta."""
 
     def __init__(self) -> None:
         self.buffer = b""
@@ -235,17 +267,20 @@ class StreamUsage:
         except ValueError:
             return
         if isinstance(event, dict) and event.get("type") == "message_delta":
-            self.anthropic_output = int((event.get("usage") or {}).get("output_tokens") or self.anthropic_output)
+            output = int((event.get("usage") or {}).get("output_tokens") or 0)
+            self.anthropic_output = max(self.anthropic_output, output)
             return
         prompt, completion = usage_of(event)
-        self.prompt += prompt
-        self.completion += completion
+        if isinstance(event, dict) and event.get("type") == "message_start":
+            self.prompt, self.anthropic_output = prompt, max(self.anthropic_output, completion)
+        elif prompt or completion:
+            self.prompt, self.completion = prompt, completion
 
     def totals(self) -> tuple[int, int]:
         if self.buffer:
             self.line(self.buffer.rstrip(b"\r"))
             self.buffer = b""
-        return self.prompt, self.completion + self.anthropic_output
+        return self.prompt, max(self.completion, self.anthropic_output)
 
 
 # --- metrics -----------------------------------------------------------------------------------------------------
@@ -337,7 +372,9 @@ class Gate:
         self.worker_load: collections.Counter = collections.Counter()  # requests the gate sent each worker URL
 
     async def start(self, _app: web.Application) -> None:
-        self.session = ClientSession(timeout=self.timeout, auto_decompress=False)
+        # No cap on connections to the router and the Sparks (aiohttp's default is 100): the keys' limits are the caps.
+        connector = TCPConnector(limit=0)
+        self.session = ClientSession(connector=connector, timeout=self.timeout, auto_decompress=False)
 
     async def stop(self, _app: web.Application) -> None:
         if self.session:
@@ -361,11 +398,13 @@ class Gate:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         api = api_of(request.path)
-        if request.path in OPEN_PATHS:
-            return await self.forward(request, api, None, await request.read())
+        if request.raw_path.split("?", 1)[0] == HEALTH_PATH and request.method in ("GET", "HEAD"):
+            return await self.health(request)
+        if not API_PATH.match(request.raw_path.split("?", 1)[0]):
+            return refuse(api, 403, "Only the OpenAI and Anthropic APIs (/v1/...) and /health are served here.")
         self.keys.reload()
         secret = client_key(request)
-        key = self.keys.config.keys_by_hash.get(hashlib.sha256(secret.encode()).hexdigest()) if secret else None
+        key = self.keys.config.keys_by_hash.get(digest_of(secret)) if secret else None
         if key is None:
             self.metrics.requests[("-", api, "401")] += 1
             log.warning("%s %s 401 key=- (%s)", request.method, request.path, "unknown key" if secret else "no key")
@@ -379,7 +418,7 @@ class Gate:
         state.in_flight += 1
         try:
             body = self.with_served_name(await request.read())
-            if api == "models" and request.method == "GET":
+            if is_model_list(request):
                 return await self.models(request, key)
             return await self.forward(request, api, key, body)
         finally:
@@ -400,20 +439,31 @@ class Gate:
         return body
 
     def upstream_headers(self, request: web.Request) -> dict[str, str]:
+        listed = {name.strip().lower() for name in request.headers.get("connection", "").split(",")}
         headers = {
             name: value
             for name, value in request.headers.items()
-            if name.lower() not in HOP_BY_HOP and name.lower() not in CLIENT_KEY_HEADERS
+            if name.lower() not in HOP_BY_HOP | CLIENT_KEY_HEADERS | listed
         }
         if self.upstream_key:
             headers["Authorization"] = f"Bearer {self.upstream_key}"
         return headers
 
+    async def health(self, request: web.Request) -> web.Response:
+        """vllm-router's /health, asked without a body or a key."""
+        try:
+            async with self.session.get(self.upstream + HEALTH_PATH, timeout=ClientTimeout(total=10)) as answer:
+                return web.Response(status=answer.status, text=await answer.text())
+        except (TimeoutError, OSError, ClientError):
+            return web.Response(status=503, text="the fleet's router does not answer")
+
     async def worker_for(self, model: str) -> str | None:
         """The healthy worker of vllm-router's list serving `model` that the gate has the fewest requests on."""
         if time.monotonic() - self.workers_read > WORKERS_EVERY_S:
             async with self.session.get(self.upstream + "/workers", timeout=ClientTimeout(total=10)) as answer:
-                self.workers = (await answer.json()).get("workers", []) if answer.status == 200 else []
+                listed = await answer.json() if answer.status == 200 else {}
+            workers = listed.get("workers") if isinstance(listed, dict) else None
+            self.workers = [w for w in workers or [] if isinstance(w, dict) and isinstance(w.get("url"), str)]
             self.workers_read = time.monotonic()
         urls = [w["url"] for w in self.workers if w.get("model_id") == model and w.get("is_healthy")]
         return min(urls, key=lambda url: self.worker_load[url]) if urls else None
@@ -437,7 +487,7 @@ class Gate:
         name = key.name if key else ""
         try:
             base, refused = await self.target(request, api, body)
-        except (TimeoutError, OSError, ValueError) as error:
+        except (TimeoutError, OSError, ValueError, ClientError) as error:
             base, refused = "", self.unanswered(request, api, name, error)
         if refused is not None:
             self.metrics.requests[(name, api, str(refused.status))] += 1
@@ -463,14 +513,14 @@ class Gate:
                 data=body or None,
                 allow_redirects=False,
             )
-        except (TimeoutError, OSError) as error:
+        except (TimeoutError, OSError, ClientError) as error:
             self.metrics.requests[(name, api, "502")] += 1
             return self.unanswered(request, api, name, error)
         async with upstream:
             response = web.StreamResponse(status=upstream.status)
             for header, value in upstream.headers.items():
                 if header.lower() not in HOP_BY_HOP:
-                    response.headers[header] = value
+                    response.headers.add(header, value)
             await response.prepare(request)
             counter = StreamUsage() if "text/event-stream" in upstream.headers.get("content-type", "") else None
             whole = bytearray()
@@ -482,6 +532,9 @@ class Gate:
                         whole += chunk
                     await response.write(chunk)
                 await response.write_eof()
+            except ConnectionResetError:  # the client went away: nothing more to send it
+                log.info("%s %s: the client closed the connection key=%s", request.method, request.path, name or "-")
+                return response
             finally:
                 self.count(name, api, upstream.status, counter, bytes(whole))
             if name:
@@ -505,12 +558,19 @@ class Gate:
 
     async def models(self, request: web.Request, key: Key) -> web.Response:
         """The router's model list in OpenAI's shape, with the aliases as models of their own."""
-        async with self.session.get(self.upstream + "/v1/models", headers=self.upstream_headers(request)) as upstream:
-            status, text = upstream.status, await upstream.text()
+        try:
+            async with self.session.get(self.upstream + "/v1/models", headers=self.upstream_headers(request)) as answer:
+                status, text = answer.status, await answer.text()
+        except (TimeoutError, OSError, ClientError) as error:
+            self.metrics.requests[(key.name, "models", "502")] += 1
+            return self.unanswered(request, "models", key.name, error)
         self.metrics.requests[(key.name, "models", str(status))] += 1
         if status != 200:
             return web.Response(status=status, text=text, content_type="application/json")
-        served = served_names(json.loads(text))
+        try:
+            served = served_names(json.loads(text))
+        except ValueError:
+            served = []
         aliases = {alias: name for alias, name in self.keys.config.aliases.items() if name in served}
         now = int(time.time())
         data = [{"id": name, "object": "model", "created": now, "owned_by": "sparkfleet"} for name in served]
@@ -521,6 +581,7 @@ class Gate:
         return web.json_response({"object": "list", "data": data})
 
     async def metrics_page(self, _request: web.Request) -> web.Response:
+        self.keys.reload()
         return web.Response(text=self.metrics.render(self.keys, self.states), content_type="text/plain")
 
 
@@ -561,7 +622,8 @@ async def serve(gate: Gate, listen: tuple[str, int], metrics: tuple[str, int] | 
     app.on_startup.append(gate.start)
     app.on_cleanup.append(gate.stop)
     app.router.add_route("*", "/{tail:.*}", gate.handle)
-    runner = web.AppRunner(app, access_log=None)
+    # A client that goes away cancels its handler: its slot is freed and the Spark's request is closed with it.
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     await web.TCPSite(runner, *listen).start()
     if metrics:
