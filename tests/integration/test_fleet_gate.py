@@ -8,27 +8,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import READY_TIMEOUT_S, log_tails, wait_until
-from helpers.fleet_gate import start_gate, write_keys
+from helpers import READY_TIMEOUT_S, wait_until
+from helpers.fleet_gate import gated_router, write_keys
 from helpers.fleet_router import (
-    GATE_UNIT,
     KEY,
-    TOOL,
-    TOOL_TIMEOUT_S,
-    UNIT,
     Backend,
-    command_of,
-    rendered,
-    start_router,
 )
-from helpers.vllm_standin import free_port
 
 # Each test has keys of its own, so that limits and revocations of one do not touch another.
 KEYS = {
@@ -54,38 +44,16 @@ def entries(enabled: dict[str, bool] | None = None, extra: dict[str, str] | None
 def gated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     tmp = tmp_path_factory.mktemp("gate")
     backends = [Backend(tmp, "qwen3-0.6b"), Backend(tmp, "model-b")]
-    port, gate_metrics = free_port(), free_port()
-    variables = {
-        "fleet_router_port": port,
-        "fleet_router_internal_port": free_port(),
-        "fleet_router_metrics_port": free_port(),
-        "fleet_router_gate_metrics_port": gate_metrics,
-        "fleet_router_venv": str(Path(sys.executable).parent.parent),
-        "fleet_router_health_interval_s": 1,
-    }
-    unit, gate_unit = rendered(tmp, UNIT, variables), rendered(tmp, GATE_UNIT, variables)
-    keys = tmp / "keys.json"
-    write_keys(keys, entries(), ALIASES)
-    router = start_router(unit, tmp / "router.log")
-    gate = start_gate(command_of(gate_unit, "ExecStart"), keys, KEY, tmp / "gate.log")
-    workers = tmp / "workers.json"
-    workers.write_text(json.dumps([{"host": f"h{i}", "url": b.url, "model": b.model} for i, b in enumerate(backends)]))
-    post = command_of(unit, "ExecStartPost")
-    post[1], post[post.index("--workers") + 1] = str(TOOL), str(workers)
-    post[post.index("--wait") + 1] = str(READY_TIMEOUT_S)
-    logs = [tmp / "gate.log", tmp / "router.log", *(backend.log for backend in backends)]
+    workers = [{"host": f"h{i}", "url": b.url, "model": b.model} for i, b in enumerate(backends)]
     try:
-        started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
-        assert started.returncode == 0, started.stderr + log_tails(logs)
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: call(port, "GET", "/health")[0] == 200, "the gate forwards /health", logs)
-        wait_until(lambda: chat(port, KEYS["alice"], "model-b")[0] == 200, "both Sparks answer", logs)
-        wait_until(lambda: chat(port, KEYS["alice"], "qwen3-0.6b")[0] == 200, "both Sparks answer", logs)
-        yield {"port": port, "base": base, "metrics_port": gate_metrics, "keys": keys, "gate": gate, "logs": logs}
+        with gated_router(tmp, workers, entries(), ALIASES, KEY) as gated:
+            gated["logs"] += [backend.log for backend in backends]
+            port = gated["port"]
+            wait_until(lambda: call(port, "GET", "/health")[0] == 200, "the gate forwards /health", gated["logs"])
+            for model in ("model-b", "qwen3-0.6b"):
+                wait_until(lambda m=model: chat(port, KEYS["alice"], m)[0] == 200, f"{model} answers", gated["logs"])
+            yield gated
     finally:
-        for process in (gate, router):
-            process.terminate()
-            process.wait(timeout=10)
         for backend in backends:
             backend.process.terminate()
             backend.process.wait(timeout=10)

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from helpers import READY_TIMEOUT_S, ROOT, log_tails, wait_until
-from helpers.fleet_gate import start_gate, write_keys
-from helpers.fleet_router import GATE_UNIT, TOOL, TOOL_TIMEOUT_S, UNIT, command_of, rendered, start_router
+from helpers.fleet_gate import gated_router
 from helpers.vllm_engine import SHARED_ENGINE_KEY, engine_python
-from helpers.vllm_standin import free_port
 
 CLIENT_KEY = "agents-key-0123456789"
 CLIENTS = ROOT / "tests" / "helpers" / "agent_clients.py"
@@ -27,36 +23,11 @@ CLIENTS = ROOT / "tests" / "helpers" / "agent_clients.py"
 
 @pytest.fixture(scope="module")
 def endpoint(smollm2_engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    tmp = tmp_path_factory.mktemp("agents")
-    port, gate_metrics = free_port(), free_port()
-    variables = {
-        "fleet_router_port": port,
-        "fleet_router_internal_port": free_port(),
-        "fleet_router_metrics_port": free_port(),
-        "fleet_router_gate_metrics_port": gate_metrics,
-        "fleet_router_venv": str(Path(sys.executable).parent.parent),
-        "fleet_router_health_interval_s": 1,
-    }
-    unit, gate_unit = rendered(tmp, UNIT, variables), rendered(tmp, GATE_UNIT, variables)
-    write_keys(tmp / "keys.json", [{"name": "agents", "key": CLIENT_KEY}])
-    router = start_router(unit, tmp / "router.log")
-    gate = start_gate(command_of(gate_unit, "ExecStart"), tmp / "keys.json", SHARED_ENGINE_KEY, tmp / "gate.log")
-    workers = tmp / "workers.json"
-    workers.write_text(json.dumps([{"host": "engine", "url": smollm2_engine, "model": "smollm2"}]))
-    post = command_of(unit, "ExecStartPost")
-    post[1], post[post.index("--workers") + 1] = str(TOOL), str(workers)
-    post[post.index("--wait") + 1] = str(READY_TIMEOUT_S)
-    logs = [tmp / "gate.log", tmp / "router.log"]
-    try:
-        started = subprocess.run([sys.executable, *post[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
-        assert started.returncode == 0, started.stderr + log_tails(logs)
-        base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _healthy(base), "the engine healthy behind the router and the gate", logs)
-        yield {"base": base, "metrics": f"http://127.0.0.1:{gate_metrics}/metrics", "logs": logs}
-    finally:
-        for process in (gate, router):
-            process.terminate()
-            process.wait(timeout=10)
+    workers = [{"host": "engine", "url": smollm2_engine, "model": "smollm2"}]
+    keys = [{"name": "agents", "key": CLIENT_KEY}]
+    with gated_router(tmp_path_factory.mktemp("agents"), workers, keys, {}, SHARED_ENGINE_KEY) as gated:
+        wait_until(lambda: _healthy(gated["base"]), "the engine healthy behind the router and the gate", gated["logs"])
+        yield {**gated, "metrics": f"http://127.0.0.1:{gated['metrics_port']}/metrics"}
 
 
 def _healthy(base: str) -> bool:
