@@ -356,7 +356,7 @@ def test_the_unit_template_refuses_a_line_break_even_without_preflight(tmp_path)
     assert not dest.exists()
 
 
-def run_validate(tmp: Path, overrides: dict) -> subprocess.CompletedProcess:
+def run_validate(tmp: Path, overrides: dict, *options: str) -> subprocess.CompletedProcess:
     """The role's `validate` entry point (what the preflight play runs) on this machine as the router."""
     inventory = tmp / "hosts.yml"
     hosts = {"sparks": {"hosts": {"spark-1": {}}}, "router": {"hosts": {"localhost": {}}}}
@@ -367,6 +367,7 @@ def run_validate(tmp: Path, overrides: dict) -> subprocess.CompletedProcess:
     playbook.write_text(json.dumps([{"hosts": "router", "gather_facts": False, "tasks": [task]}]))
     overrides = {"sparkfleet_api_key": CLIENT_KEY, **overrides}
     argv = [ansible_tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(overrides)]
+    argv += options
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
@@ -405,3 +406,26 @@ def test_preflight_passes_a_network_address_and_the_defaults(tmp_path):
     for overrides in ({}, {"fleet_router_listen_address": NETWORK_ADDRESS}, {"fleet_router_listen_address": "::"}):
         done = run_validate(tmp_path, overrides)
         assert done.returncode == 0, done.stdout[-2000:]
+
+
+def test_preflight_shows_no_key_even_verbose_and_warns_about_a_shared_one(tmp_path):
+    """fleet_router_keys and the Sparks' key through the validate entry point at -vvv: a bad entry is named, the
+    shared key is warned about, and no key appears in the output."""
+    keys = [
+        {"name": "fleet", "key": CLIENT_KEY},  # the default's shape: a client key that is the Sparks' key
+        {"name": "alice", "key": "alice-key-0123456789"},
+        {"name": "bob", "key": "bob-short"},
+    ]
+    done = run_validate(tmp_path, {"fleet_router_keys": keys, "fleet_router_spark_key": CLIENT_KEY}, "-vvv")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "fleet_router_keys[2] (bob).key is shorter than 16 characters" in " ".join(
+        out.split()
+    )
+    for key in (CLIENT_KEY, "alice-key-0123456789", "bob-short"):
+        assert key not in out
+    good = run_validate(tmp_path, {"fleet_router_keys": keys[:2], "fleet_router_spark_key": CLIENT_KEY}, "-vvv")
+    out = good.stdout + good.stderr
+    assert good.returncode == 0, out[-2000:]
+    said = " ".join(out.split()).replace("''", "'")  # the YAML callback doubles a quote in a quoted string
+    assert "fleet_router_keys[0] (fleet) is the Sparks' own key" in said
+    assert CLIENT_KEY not in out and "alice-key-0123456789" not in out
