@@ -6,6 +6,8 @@ from that file since a controller plugin cannot import the project's module_util
 - `KEYS | fleet_gate_key_warnings(SPARK_KEY)`: what is allowed but unwise (a client key that is the Sparks' key);
 - `WORKERS | fleet_gate_aliases`: {aliases: {alias: served name}, clashes: [...]} from the router's workers;
 - `KEYS | fleet_gate_keys_file(ALIASES)`: the gate's keys file (names, SHA-256 of the keys, limits, aliases).
+- `WEBUI | fleet_webui_problems(KEYS)`: what is wrong with Open WebUI's settings (fleet_router_webui_*);
+- `KEY | fleet_webui_key_entry`: the UI's entry among the gate's keys (named open-webui).
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ def fleet_gate_keys_file(keys: list, aliases: dict) -> dict:
     return gate_keys.keys_file(_plain(keys), {str(alias): str(name) for alias, name in dict(aliases).items()})
 
 
+def fleet_webui_problems(webui: dict, keys: object) -> list[str]:
+    return gate_keys.webui_problems(_plain(webui), _plain(keys))
+
+
+def fleet_webui_key_entry(key: object) -> dict:
+    return gate_keys.webui_entry(str(key or ""))
+
+
 def _plain(value: object) -> object:
     """Ansible's lazy containers and tagged strings as plain Python values."""
     if isinstance(value, dict):
@@ -58,4 +68,6 @@ class FilterModule:
             "fleet_gate_key_warnings": fleet_gate_key_warnings,
             "fleet_gate_aliases": fleet_gate_aliases,
             "fleet_gate_keys_file": fleet_gate_keys_file,
+            "fleet_webui_problems": fleet_webui_problems,
+            "fleet_webui_key_entry": fleet_webui_key_entry,
         }

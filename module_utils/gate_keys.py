@@ -6,6 +6,8 @@
 - `aliases(endpoints)`: the served-name aliases the Sparks published (fact vllm_server_endpoints), as alias ->
   served name, and what clashes (an alias of two models, or an alias that is another model's served name).
 - `keys_file(keys, aliases)`: the gate's file: each key's name, SHA-256 and limits, and the aliases. It holds no key.
+- `webui_problems(webui, keys)`: what is wrong with Open WebUI's settings (fleet_router_webui_*): the UI is one more
+  client of the gate, with a key of its own (named open-webui), a session secret and a first admin.
 
 A key entry: {name, key, requests_per_minute (0: no limit), concurrent (0: no limit), enabled (true)}.
 """
@@ -13,6 +15,7 @@ A key entry: {name, key, requests_per_minute (0: no limit), concurrent (0: no li
 from __future__ import annotations
 
 import hashlib
+import re
 
 try:
     from ansible.module_utils import input_rules
@@ -60,7 +63,7 @@ def problems(keys: object, spark_key: object) -> list[str]:
         unknown = sorted(set(entry) - ENTRY_KEYS)
         if unknown:
             found.append(f"{label}: unknown keys {', '.join(unknown)}; an entry has {', '.join(sorted(ENTRY_KEYS))}")
-        found += _key_problems(label, entry.get("key"), digests)
+        found += _key_problems(f"{label}.key", entry.get("key"), digests)
         for limit in LIMITS:
             value = entry.get(limit, 0)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -90,18 +93,18 @@ def _spark_key_problems(key: object) -> list[str]:
     return [f"{SPARK_KEY_VARIABLE} {why}: {fix}"] if why else []
 
 
-def _key_problems(label: str, key: object, digests: set[str]) -> list[str]:
-    """What is wrong with one key; the messages never hold the key."""
+def _key_problems(what: str, key: object, digests: set[str]) -> list[str]:
+    """What is wrong with one key (WHAT names it); the messages never hold the key."""
     if not isinstance(key, str) or not key:
-        return [f"{label}.key: missing; put the key in Ansible Vault and name it here"]
+        return [f"{what}: missing; put the key in Ansible Vault and name it here"]
     why = input_rules.secret(key)
     if why:
-        return [f"{label}.key {why}"]
+        return [f"{what} {why}"]
     if len(key) < MIN_KEY_LENGTH:
-        return [f"{label}.key is shorter than {MIN_KEY_LENGTH} characters: generate one, e.g. openssl rand -hex 24"]
+        return [f"{what} is shorter than {MIN_KEY_LENGTH} characters: generate one, e.g. openssl rand -hex 24"]
     digest = digest_of(key)
     if digest in digests:
-        return [f"{label}.key is another entry's key too; each person or team has a key of its own"]
+        return [f"{what} is another entry's key too; each person or team has a key of its own"]
     digests.add(digest)
     return []
 
@@ -138,3 +141,54 @@ def keys_file(keys: list[dict], alias_map: dict[str, str]) -> dict:
         ],
         "aliases": dict(sorted(alias_map.items())),
     }
+
+
+# --- Open WebUI, the gate's client on the router host --------------------------------------------------------------
+
+WEBUI_KEY_NAME = "open-webui"  # the UI's key at the gate, in logs and metrics
+MIN_WEBUI_SECRET_LENGTH = 32  # WEBUI_SECRET_KEY signs sessions: a guessable one lets anyone forge a login
+MIN_WEBUI_PASSWORD_LENGTH = 12
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def webui_entry(key: str) -> dict:
+    """The UI's entry among the gate's keys."""
+    return {"name": WEBUI_KEY_NAME, "key": key}
+
+
+def webui_problems(webui: dict, keys: object) -> list[str]:
+    """WEBUI: {key, secret_key, admin_email, admin_password, network (the endpoint beyond loopback), tls}. KEYS:
+    fleet_router_keys. The messages name the variable, never show a secret."""
+    found = []
+    others = [entry for entry in keys if isinstance(entry, dict)] if isinstance(keys, list) else []
+    digests = {digest_of(entry["key"]) for entry in others if isinstance(entry.get("key"), str)}
+    found += _key_problems("fleet_router_webui_key", webui.get("key"), digests)
+    if any(entry.get("name") == WEBUI_KEY_NAME for entry in others):
+        found.append(
+            f"fleet_router_keys has an entry named {WEBUI_KEY_NAME}, the name of the UI's own key"
+            " (fleet_router_webui_key): rename that entry"
+        )
+    found += _long_secret("fleet_router_webui_secret_key", webui.get("secret_key"), MIN_WEBUI_SECRET_LENGTH)
+    found += _long_secret("fleet_router_webui_admin_password", webui.get("admin_password"), MIN_WEBUI_PASSWORD_LENGTH)
+    email = webui.get("admin_email")
+    if not isinstance(email, str) or not EMAIL.match(email):
+        found.append(
+            f"fleet_router_webui_admin_email={email!r} is not an e-mail address: the UI's first admin logs in with it"
+        )
+    if webui.get("network") and not webui.get("tls"):
+        found.append(
+            "fleet_router_webui is on and the endpoint is on the network, where people would log in over plain HTTP:"
+            " set fleet_router_tls_certificate (HAProxy then serves the UI over TLS), or keep the endpoint on loopback"
+        )
+    return found
+
+
+def _long_secret(variable: str, value: object, least: int) -> list[str]:
+    if not isinstance(value, str) or not value:
+        return [f"{variable} is empty: set it from Ansible Vault (at least {least} characters)"]
+    why = input_rules.secret(value)
+    if why:
+        return [f"{variable} (value hidden) {why}"]
+    if len(value) < least:
+        return [f"{variable} is shorter than {least} characters: generate one, e.g. openssl rand -hex 24"]
+    return []

@@ -10,7 +10,8 @@
 # Each check counts as passed or failed (pytest counts each of its tests). The last line is
 # "sparkfleet: N passed, N failed"; the exit status is non-zero when anything failed.
 # `tests/run-all.sh lint` runs the linters alone; `tests/run-all.sh setup` only prepares the machine (what
-# `make demo` and bench/ need).
+# `make demo` and bench/ need); `tests/run-all.sh open-webui` (opt-in) sets up, then logs into the real Open WebUI
+# and chats through the fleet's gate.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -231,6 +232,16 @@ checks_after_lint() {
   finish_beside fleet
 }
 
+# Opt-in, not part of `make test`: the real Open WebUI (open-webui 0.12.4, about 7.4 GB with torch and its CUDA
+# libraries) in a venv of its own under .cache, logged into and chatting through the fleet's gate.
+open_webui() {
+  local webui_venv=$cache/open-webui
+  if [ ! -x "$webui_venv/bin/open-webui" ]; then
+    python3 -m venv "$webui_venv" && "$webui_venv/bin/pip" install --quiet open-webui==0.12.4 || return 1
+  fi
+  SPARKFLEET_OPEN_WEBUI_VENV=$webui_venv pytest -q -p no:cacheprovider tests/integration/test_open_webui.py
+}
+
 if [ "${1:-all}" = lint ]; then
   lint
   finish
@@ -238,6 +249,10 @@ fi
 
 setup || finish
 [ "${1:-all}" = setup ] && finish
+if [ "${1:-all}" = open-webui ]; then
+  step "open-webui (opt-in)" open_webui
+  finish
+fi
 lint
 checks_after_lint
 finish

@@ -46,10 +46,13 @@ def start_gate(exec_start: list[str], keys_file: Path, spark_key: str, log: Path
 
 
 @contextmanager
-def gated_router(tmp: Path, workers: list[dict], keys: list[dict], aliases: dict, spark_key: str) -> Iterator[dict]:
+def gated_router(
+    tmp: Path, workers: list[dict], keys: list[dict], aliases: dict, spark_key: str, settings: dict | None = None
+) -> Iterator[dict]:
     """vllm-router and the gate as the role runs them for a loopback endpoint (their units' command lines, rendered
-    from the role's templates), the workers ({host, url, model}) registered by the router unit's own helper. Yields
-    the endpoint's port and base URL, the gate's metrics port, its keys file, the gate's process and the logs."""
+    from the role's templates, with SETTINGS over the test's own ports), the workers ({host, url, model}) registered
+    by the router unit's own helper. Yields the endpoint's port and base URL, the gate's metrics port, its keys file,
+    the gate's process and the logs."""
     port, gate_metrics = free_port(), free_port()
     variables = {
         "fleet_router_port": port,
@@ -58,7 +61,8 @@ def gated_router(tmp: Path, workers: list[dict], keys: list[dict], aliases: dict
         "fleet_router_gate_metrics_port": gate_metrics,
         "fleet_router_venv": str(Path(sys.executable).parent.parent),
         "fleet_router_health_interval_s": 1,
-    }
+    } | (settings or {})
+    port, gate_metrics = variables["fleet_router_port"], variables["fleet_router_gate_metrics_port"]
     unit, gate_unit = rendered(tmp, UNIT, variables), rendered(tmp, GATE_UNIT, variables)
     keys_file = tmp / "keys.json"
     write_keys(keys_file, keys, aliases)

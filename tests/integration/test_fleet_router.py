@@ -383,11 +383,24 @@ def test_preflight_refuses_a_listen_address_that_is_no_ip_address(tmp_path, addr
     assert "Bad input, nothing was changed" in out and "fleet_router_listen_address=" in out, done.stdout[-2000:]
 
 
+# Open WebUI on, with settings preflight passes (test_preflight_passes_a_network_address_and_the_defaults).
+WEBUI = {
+    "fleet_router_webui": True,
+    "fleet_router_webui_key": "open-webui-key-0123456789",
+    "fleet_router_webui_secret_key": "webui-session-secret-0123456789abcdef",
+    "fleet_router_webui_admin_email": "admin@fleet.example",
+    "fleet_router_webui_admin_password": "admin-password-0123",
+}
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"fleet_router_internal_port": 8080}, "must be five different TCP ports"),
-        ({"fleet_router_gate_port": 29000}, "must be five different TCP ports"),
+        ({"fleet_router_internal_port": 8080}, "must be different TCP ports"),
+        ({"fleet_router_gate_port": 29000}, "must be different TCP ports"),
+        (WEBUI | {"fleet_router_webui_port": 29001}, "fleet_router_webui_port (29001) must be different TCP ports"),
+        (WEBUI | {"fleet_router_webui_secret_key": ""}, "fleet_router_webui_secret_key is empty"),
+        (WEBUI | {"fleet_router_listen_address": NETWORK_ADDRESS}, "set fleet_router_tls_certificate"),
         ({"fleet_router_keys": []}, "fleet_router_keys is empty, so no one could use the endpoint"),
         ({"fleet_router_spark_key": ""}, "fleet_router_spark_key is empty"),
         ({"fleet_router_tls_certificate": "/etc/fleet.pem"}, "is on loopback"),
@@ -400,10 +413,17 @@ def test_preflight_names_the_variable_at_fault(tmp_path, overrides, message):
     done = run_validate(tmp_path, overrides)
     assert done.returncode != 0
     assert message in " ".join(done.stdout.split()), done.stdout[-2000:]
+    for secret in ("open-webui-key-0123456789", "webui-session-secret", "admin-password-0123"):
+        assert secret not in done.stdout + done.stderr
 
 
 def test_preflight_passes_a_network_address_and_the_defaults(tmp_path):
-    for overrides in ({}, {"fleet_router_listen_address": NETWORK_ADDRESS}, {"fleet_router_listen_address": "::"}):
+    for overrides in (
+        {},
+        {"fleet_router_listen_address": NETWORK_ADDRESS},
+        {"fleet_router_listen_address": "::"},
+        WEBUI,
+    ):
         done = run_validate(tmp_path, overrides)
         assert done.returncode == 0, done.stdout[-2000:]
 

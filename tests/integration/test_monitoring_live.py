@@ -1,13 +1,16 @@
 """The fleet_monitoring role's Prometheus configuration and rules, live on loopback: the real Prometheus and
-node_exporter (Debian's packages, started with the ARGS the role writes for them) and a stand-in vLLM that has
-served a few requests. Every panel query of every dashboard the role installs must be valid and return data, and
-every alert rule must evaluate. Then both again with their logins and TLS (the web configurations the role
-writes): each refuses a request without its login, and Prometheus scrapes the exporter and itself with theirs.
-Nothing here leaves 127.0.0.1; each process is stopped by the fixture that started it."""
+node_exporter (Debian's packages, started with the ARGS the role writes for them), a stand-in vLLM that has served a few
+requests, and the fleet's gate with the real vllm-router in front of a second stand-in (the watcher is the router host),
+used by two keys, one of them refused at its limit, and a client without a key. Every panel query of every dashboard the
+role installs must be valid and return data, and every alert rule must evaluate. Then both again with their logins and
+TLS (the web configurations the role writes): each refuses a request without its login, and Prometheus scrapes
+the exporter and itself with theirs. Nothing here leaves 127.0.0.1; each process is stopped by the fixture that
+started it."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -24,7 +27,8 @@ from pathlib import Path
 
 import pytest
 from helpers import STANDIN_NVIDIA_SMI, wait_until
-from helpers.vllm_standin import FAST, VLLM
+from helpers.fleet_gate import gated_router
+from helpers.vllm_standin import FAST, VLLM, free_port
 from test_monitoring_rules import (
     EXPORTER_LOGIN,
     PORTS,
@@ -91,19 +95,39 @@ def storage_of(config: Path, tmp: Path) -> list[str]:
 SPECULATIVE = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3})]
 
 
-def completion(port: int, max_tokens: int) -> None:
+def completion(port: int, max_tokens: int, key: str | None = None) -> int:
+    """The status of one completion request (sent with KEY as its Bearer key where one is given)."""
     body = json.dumps({"model": MODEL, "prompt": "Say hello to the fleet", "max_tokens": max_tokens}).encode()
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"content-type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=120) as response:
-        assert response.status == 200
+    headers = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+# The fleet's endpoint on the watcher (the rendered inventory's router host): the gate and the real vllm-router as the
+# role runs them, on the ports the rendered prometheus.yml scrapes, with spark-a's stand-in as their one worker.
+GATE_KEYS = {"alice": "alice-monitoring-key-4f1d", "bob": "bob-monitoring-key-92ce"}
+GATE_SETTINGS = {"fleet_router_metrics_port": PORTS["router"], "fleet_router_gate_metrics_port": PORTS["gate"]}
+
+
+def use_the_gate(port: int) -> None:
+    """Usage the keys board shows: alice's answers (her key limited to 4 at once), bob's second request in a minute
+    refused (his limit: 1 a minute), and a request with no key."""
+    for max_tokens in (4, 8, 6):
+        assert completion(port, max_tokens, GATE_KEYS["alice"]) == 200
+    assert completion(port, 4, GATE_KEYS["bob"]) == 200
+    assert completion(port, 4, GATE_KEYS["bob"]) == 429
+    assert completion(port, 4) == 401
 
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ...]]:
-    """Prometheus scraping spark-a's node_exporter and stand-in vLLM (spark-b and spark-c's targets stay down),
-    after the stand-in served a few requests between two scrapes. Yields the three processes' logs."""
+    """Prometheus scraping spark-a's node_exporter and stand-in vLLM (spark-b and spark-c's targets stay down), and
+    the watcher's gate and router, after the stand-in and the gate served a few requests between two scrapes. Yields
+    the processes' logs."""
     files = rendered_once(tmp_path_factory)
     tmp = tmp_path_factory.mktemp("monitoring-live")
     env = os.environ | {"VLLM_STANDIN_LOAD_SECONDS": "0.2"} | FAST
@@ -134,6 +158,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
             tmp / "prometheus.log",
         ),
     ]
+    stack = contextlib.ExitStack()
     try:
         logs = tuple(tmp / name for name in ("node_exporter.log", "vllm.log", "prometheus.log"))
         # Prometheus answers queries with 503 until its storage is open: wait for /-/ready on a busy machine.
@@ -141,21 +166,44 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path,
         up = 'up{spark="spark-a"} == 1'
         wait_until(lambda: len(query(up)["data"]["result"]) == 2, f"both spark-a targets up ({tmp})", logs)
         for max_tokens in (4, 8, 16, 8, 4, 12):
-            completion(PORTS["vllm_a"], max_tokens)
+            assert completion(PORTS["vllm_a"], max_tokens) == 200
+        # The gate's own worker: a second stand-in, so that the vLLM panels and rules count the six answers above.
+        worker_port = free_port()
+        worker_argv = [str(VLLM), "serve", "org/Qwen3-0.6B", "--served-model-name", MODEL]
+        processes.append(
+            start([*worker_argv, "--host", "127.0.0.1", "--port", str(worker_port)], tmp / "worker.log", env)
+        )
+        keys = [
+            {"name": "alice", "key": GATE_KEYS["alice"], "concurrent": 4},
+            {"name": "bob", "key": GATE_KEYS["bob"], "requests_per_minute": 1},
+        ]
+        worker = {"host": "spark-a", "url": f"http://127.0.0.1:{worker_port}", "model": MODEL}
+        gated = stack.enter_context(gated_router(tmp, [worker], keys, {}, "monitoring-spark-key-77aa", GATE_SETTINGS))
+        logs += (tmp / "worker.log", *gated["logs"])
+        # Scraped before it is used: its refusals start from a sample of 0, as on a gate that has run a while.
+        scraped = 'sparkfleet_gate_limited_total{key="bob", router="watcher"} == 0'
+        wait_until(lambda: query(scraped)["data"]["result"], "the gate's counters scraped at 0", logs)
+        wait_until(lambda: completion(gated["port"], 4, GATE_KEYS["alice"]) == 200, "the gate answers", logs)
+        use_the_gate(gated["port"])
         # Counters and histograms must have grown between scrapes for rates and quantiles to have data.
         counted = f'vllm:request_success_total{{model_name="{MODEL}"}}'
         wait_until(lambda: sum(float(r["value"][1]) for r in query(counted)["data"]["result"]) >= 6, counted, logs)
         # A scrape after that one: a rate has two samples of the grown counters in its window.
         wait_until(lambda: query(f"rate({counted}[1m])")["data"]["result"], f"rate({counted}[1m])", logs)
+        # The gate's too: its series of the last request (no key: 401) began with it, so a rate needs two scrapes.
+        refused = 'sparkfleet_gate_requests_total{key="-", status="401", router="watcher"}'
+        wait_until(lambda: query(f"rate({refused}[1m])")["data"]["result"], f"rate({refused}[1m])", logs)
         yield logs
     finally:
+        stack.close()
         for process in reversed(processes):
             stop(process)
 
 
 def substituted(expr: str, spark: str = "spark-a") -> str:
     """A panel query as Grafana would send it for one Spark and one model."""
-    values = {"model_name": MODEL, "model": MODEL, "spark": spark, "__rate_interval": "1m", "__interval": "15s"}
+    values = {"model_name": MODEL, "model": MODEL, "spark": spark, "router": "watcher", "key": ".*"}
+    values |= {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
     return re.sub(r"\$\{?(\w+)\}?", lambda match: values.get(match.group(1), match.group(0)), expr)
 
 
@@ -173,7 +221,7 @@ def metric_names() -> set[str]:
     return set(get_json(f"{PROM}/api/v1/label/__name__/values")["data"])
 
 
-@pytest.mark.parametrize("board", ["sparkfleet-spark.json", "vllm.json"])
+@pytest.mark.parametrize("board", ["sparkfleet-spark.json", "sparkfleet-keys.json", "vllm.json"])
 def test_every_panel_query_is_valid_and_returns_data(prometheus, board):
     """Every metric a panel queries exists: the stand-in exposes all that vLLM's board and ours use."""
     present = metric_names()
@@ -204,20 +252,40 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
         return all(rule.get("lastEvaluation", "").startswith("2") for rule in rules())
 
     wait_until(evaluated, "every rule evaluated", prometheus)
-    assert len(rules()) == 17
+    assert len(rules()) == 19
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'
     # job names and labels are those of the configuration. A rule can evaluate before a target's first failed
     # scrape (up has no sample yet), so the alerts are waited for, not read once.
+    # Bob's key was refused at its limit: that alert fires at once, by key name.
     expected = {("SparkDown", "spark-b"), ("SparkDown", "spark-c"), ("VllmEndpointDown", "spark-b")}
+    expected |= {("FleetKeyAtLimit", "bob")}
 
     def pending_alerts() -> set[tuple[str, str]]:
         alerts = get_json(f"{PROM}/api/v1/alerts")["data"]["alerts"]
-        return {(alert["labels"]["alertname"], alert["labels"]["spark"]) for alert in alerts}
+        return {
+            (alert["labels"]["alertname"], alert["labels"].get("spark", alert["labels"].get("key"))) for alert in alerts
+        }
 
-    wait_until(lambda: expected <= pending_alerts(), "the pair's down alerts pending", prometheus)
+    wait_until(lambda: expected <= pending_alerts(), "the pair's down alerts and bob's limit pending", prometheus)
     pending = pending_alerts()
     assert ("VllmEndpointDown", "spark-a") not in pending and ("SparkDown", "spark-a") not in pending
+    assert not {name for name, who in pending if name == "FleetEndpointDown" or who in ("alice", "-")}
+    limited = get_json(f"{PROM}/api/v1/alerts")["data"]["alerts"]
+    assert {
+        (a["labels"]["limit"], a["labels"]["router"]) for a in limited if a["labels"]["alertname"] == "FleetKeyAtLimit"
+    } == {("requests_per_minute", "watcher")}
+
+
+def test_the_gate_and_router_are_scraped_and_the_keys_board_lists_them(prometheus):
+    up = {r["metric"]["job"]: r["value"][1] for r in query('up{job=~"fleet_router|fleet_gate"}')["data"]["result"]}
+    assert up == {"fleet_router": "1", "fleet_gate": "1"}
+    assert get_json(f"{PROM}/api/v1/label/router/values")["data"] == ["watcher"]
+    keys = 'count by (key) (sparkfleet_gate_requests_total{router=~"watcher"})'
+    # alice, bob, and "-" for the request without a key (the keys board's variable lists these).
+    assert {r["metric"]["key"] for r in query(keys)["data"]["result"]} == {"alice", "bob", "-"}
+    statuses = query('sparkfleet_gate_requests_total{key="bob"}')["data"]["result"]
+    assert {r["metric"]["status"]: r["value"][1] for r in statuses} == {"200": "1", "429": "1"}
 
 
 def test_the_speculation_rules_read_the_standins_known_acceptance(prometheus):

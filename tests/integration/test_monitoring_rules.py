@@ -29,10 +29,10 @@ needs_promtool = pytest.mark.skipif(
 
 
 def fleet_inventory(ports: dict[str, int]) -> dict:
-    """A monitoring host and three Sparks on 127.0.0.1, with the facts the preflight play would publish
-    (vllm_server_resolved): spark-a serves one model and reported it (fact vllm_server_endpoints wins over what
-    preflight resolved); spark-b and spark-c are a pair that has not reported, so what preflight resolved counts,
-    for the head (spark-b, whose unit answers the API) only."""
+    """A monitoring host that is also the router host, and three Sparks on 127.0.0.1, with the facts the preflight play
+    would publish (vllm_server_resolved, fleet_router_metrics): spark-a serves one model and reported it (fact
+    vllm_server_endpoints wins over what preflight resolved); spark-b and spark-c are a pair that has not reported, so
+    what preflight resolved counts, for the head (spark-b, whose unit answers the API) only."""
 
     def resolved(*models: dict) -> dict:
         return {"vllm_server_resolved": {"listen_address": "127.0.0.1", "loopback": True, "models": list(models)}}
@@ -53,10 +53,13 @@ def fleet_inventory(ports: dict[str, int]) -> dict:
     spark_c = {"ansible_host": "127.0.0.1", "fleet_monitoring_node_exporter_port": ports["node_c"]}
     spark_c |= resolved(pair_model | {"api": False})
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    # The watcher is the fleet's router host too, with the fact fleet_router's preflight publishes.
+    router_metrics = {"address": "127.0.0.1", "router_port": ports["router"], "gate_port": ports["gate"]}
     return {
         "all": {
             "children": {
-                "monitoring": {"hosts": {"watcher": local}},
+                "monitoring": {"hosts": {"watcher": local | {"fleet_router_metrics": router_metrics}}},
+                "router": {"hosts": {"watcher": {}}},
                 "sparks": {
                     "hosts": {"spark-a": spark_a},
                     "children": {
@@ -170,7 +173,10 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 
 # Free loopback ports, chosen once: tests/integration/test_monitoring_live.py runs Prometheus on this same rendering.
-PORTS = {name: free_port() for name in ("node_a", "node_b", "node_c", "vllm_a", "vllm_b", "prometheus", "alertmanager")}
+PORTS = {
+    name: free_port()
+    for name in ("node_a", "node_b", "node_c", "vllm_a", "vllm_b", "prometheus", "alertmanager", "router", "gate")
+}
 # What a test run changes from the defaults: a Prometheus on loopback that scrapes every second.
 TEST_SETTINGS = {
     "fleet_monitoring_scrape_interval_s": 1,
@@ -252,7 +258,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_rules_pass_promtool_check(rendered):
     done = promtool("check", "rules", str(rendered["rules"]))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 17 rules found" in done.stdout
+    assert "SUCCESS: 19 rules found" in done.stdout
 
 
 @needs_promtool
@@ -299,6 +305,17 @@ def test_scrape_targets_are_the_exporters_and_the_endpoints_that_answer_the_api(
             {"spark": "spark-b", "model": "llama-3.3-70b-bf16", "recipe": "llama-3.3-70b-instruct-bf16-tp2"},
         ),
     ]
+
+
+def test_the_router_hosts_metrics_are_scraped_on_loopback_where_prometheus_runs_beside_them(rendered, tmp_path):
+    config = yaml.safe_load(rendered["config"].read_text())
+    assert targets_of(config, "fleet_router") == [(f"127.0.0.1:{PORTS['router']}", {"router": "watcher"})]
+    assert targets_of(config, "fleet_gate") == [(f"127.0.0.1:{PORTS['gate']}", {"router": "watcher"})]
+    # A router host that is not the monitoring host: its loopback metrics are out of reach, so no job.
+    inventory = fleet_inventory(PORTS)
+    inventory["all"]["children"]["router"] = {"hosts": {"spark-a": {}}}
+    elsewhere = yaml.safe_load(render(tmp_path, PORTS, TEST_SETTINGS, inventory)["config"].read_text())
+    assert {"spark", "vllm", "prometheus"} == {job["job_name"] for job in elsewhere["scrape_configs"]}
 
 
 def test_listen_addresses_go_into_the_packages_default_files(rendered):
@@ -503,6 +520,8 @@ def test_validate_names_the_variable_at_fault(tmp_path):
     with the inventory as it is (passes) and once per bad input, each in a block whose rescue records the
     message. No message, and no line of the run's output, shows a password."""
     cases = {"defaults": ({}, "", "spark-a"), "defaults on the monitoring host": ({}, "", "watcher")}
+    # Passes with a warning: the pair's hosts as the router group, whose loopback metrics the watcher cannot reach.
+    cases["defaults with router hosts out of reach"] = ({"fleet_monitoring_router_group": "pair_x"}, "", "watcher")
     cases |= {name: (case[0], case[1], case[2] if len(case) > 2 else "spark-a") for name, case in BAD_INPUTS.items()}
     tasks = []
     for name, (variables, _, host) in cases.items():
@@ -533,6 +552,11 @@ def test_validate_names_the_variable_at_fault(tmp_path):
         messages |= json.loads((tmp_path / f"out-{host}.json").read_text())
     assert messages["defaults"] == "passed"
     assert messages["defaults on the monitoring host"] == "passed"
+    assert messages["defaults with router hosts out of reach"] == "passed"
+    # Only that case warns (the inventory's own router host is the watcher).
+    warning = "WARNING (the run goes on): the router host(s) spark-b, spark-c of group pair_x keep their metrics"
+    assert done.stdout.count("WARNING (the run goes on): the router host(s)") == 1
+    assert warning in " ".join(done.stdout.split()), done.stdout
     for name, (_, variable, _) in cases.items():
         if name.startswith("defaults"):
             continue

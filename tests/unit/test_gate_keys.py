@@ -11,7 +11,7 @@ import re
 import sys
 
 import pytest
-from gate_keys import aliases, keys_file, problems, warnings
+from gate_keys import aliases, keys_file, problems, warnings, webui_entry, webui_problems
 from helpers import ROOT
 
 _spec = importlib.util.spec_from_file_location(
@@ -59,6 +59,45 @@ def test_each_bad_entry_is_named_and_no_key_is_shown(keys, message):
 def test_the_sparks_key_is_required(spark_key, message):
     found = problems([{"name": "alice", "key": ALICE}], spark_key)
     assert found and found[0].startswith("fleet_router_spark_key") and message in found[0]
+
+
+UI = {
+    "key": "open-webui-key-0123456789",
+    "secret_key": "s" * 32,
+    "admin_email": "admin@fleet.example",
+    "admin_password": "a-long-password",
+    "network": False,
+    "tls": False,
+}
+
+
+def test_good_webui_settings_pass_and_its_key_is_named_open_webui():
+    assert webui_problems(UI, [{"name": "alice", "key": ALICE}]) == []
+    assert webui_problems(UI | {"network": True, "tls": True}, []) == []
+    assert webui_entry(UI["key"]) == {"name": "open-webui", "key": UI["key"]}
+
+
+@pytest.mark.parametrize(
+    ("change", "keys", "message"),
+    [
+        ({"key": ""}, [], "fleet_router_webui_key: missing"),
+        ({"key": "k3y-9x"}, [], "fleet_router_webui_key is shorter than 16"),
+        ({"key": ALICE}, [], "fleet_router_webui_key is another entry's key too"),
+        ({}, [{"name": "open-webui", "key": BOB}], "fleet_router_keys has an entry named open-webui"),
+        ({"secret_key": ""}, [], "fleet_router_webui_secret_key is empty"),
+        ({"secret_key": "s" * 31}, [], "fleet_router_webui_secret_key is shorter than 32"),
+        ({"secret_key": "s p" * 16}, [], "fleet_router_webui_secret_key (value hidden) contains a space"),
+        ({"admin_password": "pw-9x7"}, [], "fleet_router_webui_admin_password is shorter than 12"),
+        ({"admin_email": "admin"}, [], "fleet_router_webui_admin_email='admin' is not an e-mail address"),
+        ({"network": True}, [], "set fleet_router_tls_certificate"),
+    ],
+)
+def test_each_bad_webui_setting_is_named_and_no_secret_is_shown(change, keys, message):
+    settings = UI | change
+    found = webui_problems(settings, [*keys, {"name": "alice", "key": ALICE}])
+    assert len(found) == 1 and message in found[0], found
+    for secret in (settings["key"], settings["secret_key"], settings["admin_password"], ALICE, BOB):
+        assert secret not in found[0] or secret == "", found
 
 
 def test_the_keys_file_holds_digests_limits_and_aliases_but_no_key():

@@ -286,6 +286,10 @@ class StreamUsage:
 # --- metrics -----------------------------------------------------------------------------------------------------
 
 
+# The label values of sparkfleet_gate_limited_total: a key's limits.
+LIMITS = ("concurrent", "requests_per_minute")
+
+
 class Metrics:
     """Counters by key name, in Prometheus' text format. They live as long as the process: a keys reload keeps them."""
 
@@ -322,13 +326,16 @@ class Metrics:
             "Completion (output) tokens by key name and API.",
             [({"key": k, "api": a}, v) for (k, a, t), v in sorted(self.tokens.items()) if t == "completion"],
         )
+        enabled = {key.name: key for key in keys.config.keys_by_hash.values()}
+        # Every enabled key's refusals from 0, so that Prometheus sees its first 429 as an increase (a series that
+        # begins at 1 has none) and the alert for a key at its limit fires on the first burst.
+        limited = {(name, limit): 0 for name in enabled for limit in LIMITS} | dict(self.limited)
         family(
             "sparkfleet_gate_limited_total",
             "counter",
             "Requests refused with 429 by key name and limit.",
-            [({"key": k, "limit": lim}, v) for (k, lim), v in sorted(self.limited.items())],
+            [({"key": k, "limit": lim}, v) for (k, lim), v in sorted(limited.items())],
         )
-        enabled = {key.name: key for key in keys.config.keys_by_hash.values()}
         family(
             "sparkfleet_gate_in_flight",
             "gauge",
