@@ -42,7 +42,13 @@ COMPLETION = {"model": NAME, "prompt": "The quick brown fox", "max_tokens": 8, "
 STREAM = {"stream": True, "stream_options": {"include_usage": True}}
 SAMPLED = {"n": 2, "temperature": 0.8, "seed": 1}  # n > 1 needs sampling: greedy n=2 is a 400 in vLLM
 
-# name: (method, path, body, key). A str body is sent as is (not JSON).
+# The coding agents' APIs (vLLM's Anthropic Messages and OpenAI Responses), with the chat's model and limits.
+NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
+MESSAGES = {"model": NAME, "max_tokens": 8, "messages": [{"role": "user", "content": "hi there"}]}
+RESPONSES = {"model": NAME, "input": "hi there", "max_output_tokens": 8}
+
+# name: (method, path, body, key). A str body is sent as is (not JSON). A key ("x-api-key", KEY) goes in that
+# header instead of Authorization: Bearer.
 REQUESTS: dict[str, tuple[str, str, object, str | None]] = {
     "health": ("GET", "/health", None, None),
     "models": ("GET", "/v1/models", None, KEY),
@@ -68,8 +74,22 @@ REQUESTS: dict[str, tuple[str, str, object, str | None]] = {
     "tokenize": ("POST", "/tokenize", {"model": NAME, "prompt": "hi there"}, None),
     "detokenize": ("POST", "/detokenize", {"model": NAME, "tokens": [1, 2, 3]}, None),
     "metrics": ("GET", "/metrics", None, None),
+    "messages": ("POST", "/v1/messages", MESSAGES, KEY),
+    "messages-no-thinking": ("POST", "/v1/messages", {**MESSAGES, **NO_THINKING}, KEY),
+    "messages-stream": ("POST", "/v1/messages", {**MESSAGES, "stream": True}, KEY),
+    "messages-stream-no-thinking": ("POST", "/v1/messages", {**MESSAGES, **NO_THINKING, "stream": True}, KEY),
+    "messages-count": ("POST", "/v1/messages/count_tokens", {"model": NAME, "messages": MESSAGES["messages"]}, KEY),
+    "messages-x-api-key": ("POST", "/v1/messages", MESSAGES, ("x-api-key", KEY)),  # vLLM takes Bearer only
+    "messages-unknown-model": ("POST", "/v1/messages", {**MESSAGES, "model": "no-such-model"}, KEY),
+    "responses": ("POST", "/v1/responses", RESPONSES, KEY),
+    "responses-no-thinking": ("POST", "/v1/responses", {**RESPONSES, **NO_THINKING}, KEY),
+    "responses-stream": ("POST", "/v1/responses", {**RESPONSES, "stream": True}, KEY),
+    "responses-stream-no-thinking": ("POST", "/v1/responses", {**RESPONSES, **NO_THINKING, "stream": True}, KEY),
+    "responses-unknown-model": ("POST", "/v1/responses", {**RESPONSES, "model": "no-such-model"}, KEY),
 }
 STREAMS = ("chat-stream", "completion-stream")
+# Streams of named events (`event: TYPE`, then its data): the Messages and Responses APIs.
+EVENT_STREAMS = tuple(name for name in REQUESTS if name.startswith(("messages-stream", "responses-stream")))
 
 # What may differ, by request (or "name/chunk-kind" for a stream), each with why.
 ALLOWED: dict[str, dict[str, str]] = {
@@ -81,11 +101,13 @@ ALLOWED: dict[str, dict[str, str]] = {
 }
 
 
-def send(base_url: str, method: str, path: str, body: object, key: str | None) -> tuple[int, bytes, dict[str, str]]:
-    if not isinstance(body, str):
+def send(base_url: str, method: str, path: str, body: object, key: object) -> tuple[int, bytes, dict[str, str]]:
+    if not isinstance(body, str) and not isinstance(key, tuple):
         return vllm_engine.request(base_url, method, path, body, key=key)
-    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-    req = urllib.request.Request(base_url + path, data=body.encode(), method=method, headers=headers)
+    header, value = key if isinstance(key, tuple) else ("authorization", f"Bearer {key}")
+    data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    headers = {"content-type": "application/json", header: value}
+    req = urllib.request.Request(base_url + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=120) as response:
             return response.status, response.read(), dict(response.headers)
@@ -152,7 +174,9 @@ def test_the_status_and_content_type_are_the_engines(both, name) -> None:
         assert content_type(standin_headers) == content_type(real_headers)
 
 
-@pytest.mark.parametrize("name", [name for name in REQUESTS if name not in (*STREAMS, "metrics", "health")])
+@pytest.mark.parametrize(
+    "name", [name for name in REQUESTS if name not in (*STREAMS, *EVENT_STREAMS, "metrics", "health")]
+)
 def test_every_json_answer_has_the_engines_shape(both, name) -> None:
     real, standin = (json.loads(both[side][name][1]) for side in ("real", "standin"))
     assert shape_differences(name, real, standin) == []
@@ -167,6 +191,52 @@ def test_every_kind_of_stream_chunk_has_the_engines_shape(both, name) -> None:
         real_kind = [chunk for chunk in real if chunk_kind(chunk) == kind]
         standin_kind = [chunk for chunk in standin if chunk_kind(chunk) == kind]
         assert shape_differences(f"{name}/{kind}", real_kind, standin_kind) == [], kind
+
+
+def named_events(raw: bytes) -> list[dict]:
+    """The events of a Messages or Responses stream, after checking its framing: `event: TYPE` and `data: {...}`
+    with that type, split by a blank line; no [DONE]."""
+    frames = raw.decode().split("\n\n")
+    assert frames[-1] == "", raw[-200:]
+    found = []
+    for frame in frames[:-1]:
+        name, data = frame.split("\n")
+        assert name.startswith("event: ") and data.startswith("data: "), frame
+        event = json.loads(data[len("data: ") :])
+        assert event["type"] == name[len("event: ") :], frame
+        found.append(event)
+    return found
+
+
+@pytest.mark.parametrize("name", EVENT_STREAMS)
+def test_every_kind_of_agent_event_has_the_engines_shape_and_order(both, name) -> None:
+    real, standin = named_events(both["real"][name][1]), named_events(both["standin"][name][1])
+
+    def order(events: list[dict]) -> list[str]:
+        """The types in order, runs of one type (the deltas) as one."""
+        return [
+            kind
+            for index, kind in enumerate(e["type"] for e in events)
+            if index == 0 or events[index - 1]["type"] != kind
+        ]
+
+    assert order(standin) == order(real)
+    for kind in sorted({event["type"] for event in real}):
+        same = [
+            shape_differences(
+                f"{name}/{kind}", [e for e in real if e["type"] == kind], [e for e in standin if e["type"] == kind]
+            )
+        ]
+        assert same == [[]], kind
+
+
+def test_the_agent_apis_count_tokens_in_both(both) -> None:
+    for side in ("real", "standin"):
+        message = json.loads(both[side]["messages-no-thinking"][1])
+        assert message["usage"]["output_tokens"] == 8 and message["content"][0]["type"] == "text", (side, message)
+        response = json.loads(both[side]["responses-no-thinking"][1])
+        assert response["usage"]["output_tokens"] == 8 and response["output"][0]["type"] == "message", (side, response)
+        assert json.loads(both[side]["messages-count"][1])["input_tokens"] > 0, side
 
 
 def test_the_reasoning_parser_fills_reasoning_in_both(both) -> None:

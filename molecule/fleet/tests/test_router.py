@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import testinfra
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import run_site, said
 
 INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
 ROUTER_URL = "http://10.77.0.20:8080"
@@ -98,3 +103,28 @@ def test_an_embedding_model_is_reached_through_the_fleet_endpoint_by_its_name():
     assert answer["model"] == "qwen3-embedding-0.6b"
     assert [row["index"] for row in answer["data"]] == [0, 1] and answer["usage"]["prompt_tokens"] > 0
     assert status_of("POST", "/v1/chat/completions", {"model": "qwen3-embedding-0.6b", "messages": []}) == 404
+
+
+def invocation(unit: str) -> str:
+    """systemd's InvocationID of a unit on the router host: a new one for each start."""
+    return router().check_output(f"systemctl show {unit} --property=InvocationID --value")
+
+
+def test_a_key_added_then_revoked_by_the_router_stage_works_within_seconds_with_no_restart():
+    """A key change as an owner makes it: the router stage on the router host (`site.yml --tags router --limit
+    fleet-router`) with carol's key added, then revoked. The gate reads its keys file again; nothing restarts."""
+    carol = {"name": "carol", "key": "carol-key-of-the-fleet-test-5d1"}
+    units = ("sparkfleet-gate", "sparkfleet-router", "haproxy")
+    before = {unit: invocation(unit) for unit in units}
+    for enabled, status in ((True, 200), (False, 401)):
+        keys = [{"name": "fleet", "key": API_KEY}, carol | {"enabled": enabled}]
+        done = run_site("--tags", "router", "--limit", "fleet-router", "-e", json.dumps({"fleet_router_keys": keys}))
+        assert done.returncode == 0, said(done)[-3000:]
+        assert carol["key"] not in done.stdout + done.stderr
+        # The gate rereads its keys file within a second of a change; generous for a busy machine.
+        deadline = time.monotonic() + 60
+        while chat(carol["key"]) != status and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert chat(carol["key"]) == status
+        assert chat(API_KEY) == 200
+    assert {unit: invocation(unit) for unit in units} == before

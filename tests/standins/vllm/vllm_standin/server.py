@@ -4,11 +4,11 @@ One thread per connection lets concurrent requests overlap (the engine decides w
 Responses use HTTP/1.1: plain bodies carry Content-Length, streams use chunked transfer encoding as uvicorn
 does, so keep-alive clients (the OpenAI SDK, `vllm bench serve`'s aiohttp) behave as they do against vLLM.
 
-Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions,
-/tokenize, /detokenize; a pooling server (--runner pooling, pooling.py) serves /v1/embeddings or /rerank,
-/v1/rerank and /v2/rerank instead of the two generation routes. With --api-key (or $VLLM_API_KEY) every /v1/*
-request needs ``Authorization: Bearer KEY``, as in vLLM's authentication middleware; /health, /metrics, /tokenize,
-/detokenize and /rerank (not under /v1) stay open.
+Routes: GET /health, /ping, /version, /metrics, /v1/models; POST /v1/completions, /v1/chat/completions, /v1/messages,
+/v1/messages/count_tokens, /v1/responses (agents.py), /tokenize, /detokenize; a pooling server (--runner pooling,
+pooling.py) serves /v1/embeddings or /rerank, /v1/rerank and /v2/rerank instead of the two generation routes. With
+--api-key (or $VLLM_API_KEY) every /v1/* request needs ``Authorization: Bearer KEY``, as in vLLM's authentication
+middleware; /health, /metrics, /tokenize, /detokenize and /rerank (not under /v1) stay open.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from . import pooling, protocol
+from . import agents, pooling, protocol
 from .config import ServeConfig
 from .engine import Engine, GenerationRequest, TokenEvent
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -204,7 +204,14 @@ class Handler(BaseHTTPRequestHandler):
             return {("POST", "/v1/embeddings"): self._embeddings, **rerank}
         if task == pooling.CLASSIFY:
             return rerank
-        return {("POST", "/v1/completions"): self._completions, ("POST", "/v1/chat/completions"): self._chat}
+        return {
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/chat/completions"): self._chat,
+            # The coding agents' APIs (agents.py): Anthropic's Messages and OpenAI's Responses.
+            ("POST", "/v1/messages"): self._messages,
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
+            ("POST", "/v1/responses"): self._responses,
+        }
 
     # --- endpoints ----------------------------------------------------------------------------------------
 
@@ -241,6 +248,73 @@ class Handler(BaseHTTPRequestHandler):
         arrival = time.monotonic()
         parsed = protocol.parse_chat(self._read_json(), self.server.config)
         self._generate(parsed, arrival, chat=True)
+
+    def _messages(self) -> None:
+        arrival = time.monotonic()
+        try:
+            parsed = agents.parse_messages(self._read_json(), self.server.config)
+        except protocol.ApiError as error:  # Anthropic's error shape on its own route
+            self._send_json(error.status, agents.anthropic_error(error))
+            return
+        request_id = protocol.random_id("chatcmpl")
+        tokens = self._tokens(parsed, arrival, chat=True)
+        try:
+            if parsed.stream:
+                self._send_events(agents.messages_events(request_id, parsed, tokens))
+            else:
+                events = list(tokens)
+                text = "".join(event.text for event in events if not event.reasoning)
+                reasoning = "".join(event.text for event in events if event.reasoning)
+                finish = events[-1].finish_reason if events else None
+                body = agents.messages_response(
+                    request_id, parsed.model, text, reasoning, finish, parsed.prompt_tokens, len(events)
+                )
+                self._send_json(HTTPStatus.OK, body)
+        finally:
+            tokens.close()
+
+    def _count_tokens(self) -> None:
+        try:
+            self._send_json(HTTPStatus.OK, agents.count_tokens(self._read_json(), self.server.config))
+        except protocol.ApiError as error:
+            self._send_json(error.status, agents.anthropic_error(error))
+
+    def _responses(self) -> None:
+        arrival = time.monotonic()
+        request = agents.parse_responses(self._read_json(), self.server.config)
+        tokens = self._tokens(request.parsed, arrival, chat=True)
+        try:
+            if request.parsed.stream:
+                self._send_events(agents.responses_events(request, tokens))
+            else:
+                self._send_json(HTTPStatus.OK, agents.responses_answer(request, list(tokens)))
+        finally:
+            tokens.close()
+
+    def _send_events(self, events: Iterator[dict]) -> None:
+        """Server-sent events with their type named (`event: TYPE`), as vLLM's Messages and Responses streams."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for event in events:
+            self._write_chunk(f"event: {event['type']}\n".encode() + b"data: " + _json_bytes(event) + b"\n\n")
+        self._write_chunk(b"")
+
+    def _tokens(self, parsed: protocol.ParsedRequest, arrival: float, chat: bool) -> Iterator[TokenEvent]:
+        """The engine's tokens for one request (a chat's thinking first where a reasoning parser is on)."""
+        return self.server.engine.generate(
+            GenerationRequest(
+                request_id=protocol.random_id("chatcmpl" if chat else "cmpl"),
+                prompt_words=parsed.prompt_words,
+                prompt_tokens=parsed.prompt_tokens,
+                max_tokens=parsed.max_tokens,
+                ignore_eos=parsed.ignore_eos,
+                arrival=arrival,
+                reasoning_tokens=self.server.config.reasoning_tokens if chat and parsed.thinking else 0,
+                answer_words=recalled_answer(parsed.prompt_words, self.server.config.faults.context_words),
+            )
+        )
 
     def _generate(self, parsed: protocol.ParsedRequest, arrival: float, chat: bool) -> None:
         request_id = protocol.random_id("chatcmpl" if chat else "cmpl")
