@@ -14,6 +14,8 @@ A key entry: {name, key, requests_per_minute (0: no limit), concurrent (0: no li
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 
@@ -148,6 +150,7 @@ def keys_file(keys: list[dict], alias_map: dict[str, str]) -> dict:
 WEBUI_KEY_NAME = "open-webui"  # the UI's key at the gate, in logs and metrics
 MIN_WEBUI_SECRET_LENGTH = 32  # WEBUI_SECRET_KEY signs sessions: a guessable one lets anyone forge a login
 MIN_WEBUI_PASSWORD_LENGTH = 12
+FERNET_KEY_LENGTH = 44  # a Fernet key: 32 bytes in URL-safe base64
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
@@ -169,6 +172,7 @@ def webui_problems(webui: dict, keys: object) -> list[str]:
             " (fleet_router_webui_key): rename that entry"
         )
     found += _long_secret("fleet_router_webui_secret_key", webui.get("secret_key"), MIN_WEBUI_SECRET_LENGTH)
+    found += _fernet_length_problems(webui.get("secret_key"))
     found += _long_secret("fleet_router_webui_admin_password", webui.get("admin_password"), MIN_WEBUI_PASSWORD_LENGTH)
     email = webui.get("admin_email")
     if not isinstance(email, str) or not EMAIL.match(email):
@@ -181,6 +185,24 @@ def webui_problems(webui: dict, keys: object) -> list[str]:
             " set fleet_router_tls_certificate (HAProxy then serves the UI over TLS), or keep the endpoint on loopback"
         )
     return found
+
+
+def _fernet_length_problems(secret: object) -> list[str]:
+    """Open WebUI 0.12.4 encrypts its OAuth sessions with WEBUI_SECRET_KEY (OAUTH_SESSION_TOKEN_ENCRYPTION_KEY's
+    default): a secret of exactly 44 characters is taken as a Fernet key as it is (open_webui/models/oauth_sessions.py),
+    and unless it is 32 bytes in URL-safe base64 the UI stops at its start; any other length is hashed into one."""
+    if not isinstance(secret, str) or len(secret) != FERNET_KEY_LENGTH:
+        return []
+    try:
+        if len(base64.urlsafe_b64decode(secret.encode())) == 32:
+            return []
+    except (binascii.Error, ValueError):
+        pass
+    return [
+        f"fleet_router_webui_secret_key has {FERNET_KEY_LENGTH} characters, which Open WebUI takes as a Fernet key"
+        " (32 bytes in URL-safe base64), and it is none: Open WebUI would stop at its start. Use a secret of another"
+        " length, e.g. openssl rand -hex 32"
+    ]
 
 
 def _long_secret(variable: str, value: object, least: int) -> list[str]:

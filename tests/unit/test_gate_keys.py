@@ -4,6 +4,7 @@ and the keys file (module_utils/gate_keys.py); the gate's reading of answers and
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import importlib.util
 import json
@@ -74,6 +75,9 @@ UI = {
 def test_good_webui_settings_pass_and_its_key_is_named_open_webui():
     assert webui_problems(UI, [{"name": "alice", "key": ALICE}]) == []
     assert webui_problems(UI | {"network": True, "tls": True}, []) == []
+    # 44 characters that are a Fernet key (openssl rand -base64 32 in URL-safe form) are fine.
+    fernet = base64.urlsafe_b64encode(bytes(range(32))).decode()
+    assert len(fernet) == 44 and webui_problems(UI | {"secret_key": fernet}, []) == []
     assert webui_entry(UI["key"]) == {"name": "open-webui", "key": UI["key"]}
 
 
@@ -87,6 +91,7 @@ def test_good_webui_settings_pass_and_its_key_is_named_open_webui():
         ({"secret_key": ""}, [], "fleet_router_webui_secret_key is empty"),
         ({"secret_key": "s" * 31}, [], "fleet_router_webui_secret_key is shorter than 32"),
         ({"secret_key": "s p" * 16}, [], "fleet_router_webui_secret_key (value hidden) contains a space"),
+        ({"secret_key": "s" * 44}, [], "fleet_router_webui_secret_key has 44 characters"),  # not a Fernet key
         ({"admin_password": "pw-9x7"}, [], "fleet_router_webui_admin_password is shorter than 12"),
         ({"admin_email": "admin"}, [], "fleet_router_webui_admin_email='admin' is not an e-mail address"),
         ({"network": True}, [], "set fleet_router_tls_certificate"),
