@@ -27,6 +27,7 @@ KEYS = {
     "erin": "erin-key-0123456789",
     "frank": "frank-key-0123456789",
     "grace": "grace-key-0123456789",
+    "heidi": "heidi-key-0123456789",
 }
 LIMITS = {"erin": {"requests_per_minute": 2}, "frank": {"concurrent": 1}}
 ALIASES = {"gpt-4o-mini": "model-b"}
@@ -187,6 +188,29 @@ def test_usage_is_counted_by_key_name_as_the_answers_report_it(gated):
         'sparkfleet_gate_requests_total{key="grace",api="chat",status="200"}': 2,
     }
     wait_until(lambda: all(metric(gated, line) == value for line, value in expected.items()), str(expected))
+
+
+def test_a_stream_that_does_not_ask_for_its_usage_is_counted_and_the_client_gets_no_usage_event(gated):
+    """The gate asks the Spark for the usage of a chat or completion stream whose client did not, counts it, and
+    keeps that usage event (no choices) from the client; every other event arrives, [DONE] last."""
+    port, key = gated["port"], KEYS["heidi"]
+    before = metric(gated, 'sparkfleet_gate_completion_tokens_total{key="heidi",api="chat"}')
+    status, _, text = chat(port, key, max_tokens=6, stream=True)
+    assert status == 200
+    events = [event for event in text.split("\n\n") if event]
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(event[len("data: ") :]) for event in events[:-1]]
+    assert chunks and all(chunk["choices"] and "usage" not in chunk for chunk in chunks), chunks
+    # The same chat asking for its usage, to know what the stand-in counts: 6 completion tokens.
+    asked = chat(port, key, max_tokens=6, stream=True, stream_options={"include_usage": True})[2]
+    usage = [
+        json.loads(line[6:])["usage"]
+        for line in asked.splitlines()
+        if line.startswith('data: {"') and '"usage"' in line
+    ]
+    assert usage and usage[-1]["completion_tokens"] == 6
+    line = 'sparkfleet_gate_completion_tokens_total{key="heidi",api="chat"}'
+    wait_until(lambda: metric(gated, line) == before + 12, f"{line} = {before + 12}")
 
 
 def test_the_gate_log_names_keys_and_shows_none(gated):

@@ -289,3 +289,35 @@ def test_refusals_have_each_apis_own_shape():
 def test_a_model_list_is_read_in_either_shape():
     assert fleet_gate.served_names({"models": ["a", "b", "a"]}) == ["a", "b"]  # vllm-router 0.1.17
     assert fleet_gate.served_names({"object": "list", "data": [{"id": "a"}]}) == ["a"]  # OpenAI's
+
+
+@pytest.mark.parametrize(
+    ("api", "body", "asked"),
+    [
+        ("chat", {"stream": True}, True),
+        ("completions", {"stream": True, "stream_options": {"continuous_usage_stats": True}}, True),
+        ("chat", {"stream": True, "stream_options": {"include_usage": True}}, False),  # the client asked itself
+        ("chat", {"stream": False}, False),
+        ("chat", {}, False),
+        ("messages", {"stream": True}, False),  # Anthropic's and the Responses streams always report usage
+        ("responses", {"stream": True}, False),
+    ],
+)
+def test_the_gate_asks_for_the_usage_of_a_stream_whose_client_did_not(api, body, asked):
+    sent, hidden = fleet_gate.asking_for_usage(api, json.dumps({"model": "m", **body}).encode())
+    assert hidden is asked
+    options = json.loads(sent).get("stream_options") or {}
+    assert options.get("include_usage", False) is (
+        asked or bool((body.get("stream_options") or {}).get("include_usage"))
+    )
+    assert fleet_gate.asking_for_usage("chat", b"not json") == (b"not json", False)
+
+
+def test_the_usage_event_the_gate_asked_for_is_kept_from_the_client_wherever_the_stream_is_cut():
+    token = b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+    usage = b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n'
+    stream = token + token + usage + b"data: [DONE]\n\n"
+    for cut in range(1, len(stream)):
+        hidden = fleet_gate.HiddenUsage()
+        passed = hidden.feed(stream[:cut]) + hidden.feed(stream[cut:]) + hidden.end()
+        assert passed == token + token + b"data: [DONE]\n\n", cut

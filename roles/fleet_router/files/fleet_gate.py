@@ -17,7 +17,9 @@ dependency, from the router's venv).
   by the served name alone).
 - /v1/models answers in OpenAI's list shape (vllm-router 0.1.17 answers {"models": [...]}), aliases included.
 - Usage by key name on its own metrics port: requests by API and status, prompt and completion tokens read from
-  the answers (JSON or streamed) of the chat, completion, Responses and Anthropic Messages APIs.
+  the answers (JSON or streamed) of the chat, completion, Responses and Anthropic Messages APIs. A chat or
+  completion stream that does not ask for its usage (stream_options.include_usage) is sent on asking for it, and
+  that usage event is kept from the client.
 - The log names the key, never shows it.
 
   FLEET_SPARK_KEY=... fleet_gate.py --listen 127.0.0.1:18081 --upstream http://127.0.0.1:18080 \
@@ -238,6 +240,57 @@ def usage_of(message: dict) -> tuple[int, int]:
     return int(usage.get("input_tokens") or 0) + cached, int(usage.get("output_tokens") or 0)
 
 
+# Chat and completion streams report their usage only when asked (stream_options.include_usage). The gate asks
+# where the client did not, counts it, and keeps that one usage event (no choices) from the client, who did not ask.
+USAGE_ASKED_APIS = ("chat", "completions")
+
+
+def asking_for_usage(api: str, body: bytes) -> tuple[bytes, bool]:
+    """The body of a chat or completion stream that does not ask for its usage, now asking for it, and whether the
+    gate asked (its usage event is then the gate's); any other body unchanged."""
+    if api not in USAGE_ASKED_APIS or not body.lstrip().startswith(b"{"):
+        return body, False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body, False
+    if not isinstance(data, dict) or data.get("stream") is not True:
+        return body, False
+    options = data.get("stream_options") or {}
+    if not isinstance(options, dict) or options.get("include_usage"):
+        return body, False
+    data["stream_options"] = {**options, "include_usage": True}
+    return json.dumps(data).encode(), True
+
+
+class HiddenUsage:
+    """Passes a stream on event by event, without the usage-only event (`"choices": []` and a usage) that the gate
+    asked for on the client's behalf."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        self.buffer += chunk
+        *events, self.buffer = self.buffer.split(b"\n\n")
+        return b"".join(event + b"\n\n" for event in events if not self.usage_only(event))
+
+    def end(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return b"" if self.usage_only(rest) else rest
+
+    @staticmethod
+    def usage_only(event: bytes) -> bool:
+        payload = event.strip()
+        if not payload.startswith(b"data:"):
+            return False
+        try:
+            data = json.loads(payload[5:].strip())
+        except ValueError:
+            return False
+        return isinstance(data, dict) and data.get("choices") == [] and isinstance(data.get("usage"), dict)
+
+
 class StreamUsage:
     """Counts tokens in a server-sent event stream as it passes, without changing a byte of it. Each usage an
     OpenAI-style stream reports is the total so far (one at the end with stream_options.include_usage, one per
@@ -424,10 +477,10 @@ class Gate:
         state = self.states[key.name]
         state.in_flight += 1
         try:
-            body = self.with_served_name(await request.read())
+            body, hide_usage = asking_for_usage(api, self.with_served_name(await request.read()))
             if is_model_list(request):
                 return await self.models(request, key)
-            return await self.forward(request, api, key, body)
+            return await self.forward(request, api, key, body, hide_usage)
         finally:
             state.in_flight -= 1
 
@@ -490,7 +543,9 @@ class Gate:
             return "", refuse(api, 503, f"No Spark serves {model} now.")
         return worker.rstrip("/"), None
 
-    async def forward(self, request: web.Request, api: str, key: Key | None, body: bytes) -> web.StreamResponse:
+    async def forward(
+        self, request: web.Request, api: str, key: Key | None, body: bytes, hide_usage: bool = False
+    ) -> web.StreamResponse:
         name = key.name if key else ""
         try:
             base, refused = await self.target(request, api, body)
@@ -501,7 +556,7 @@ class Gate:
             return refused
         self.worker_load[base] += 1
         try:
-            return await self.relay(request, api, name, base, body)
+            return await self.relay(request, api, name, base, body, hide_usage)
         finally:
             self.worker_load[base] -= 1
 
@@ -509,9 +564,12 @@ class Gate:
         log.error("%s %s 502 key=%s (%s)", request.method, request.path, name or "-", error)
         return refuse(api, 502, "The fleet's router or Spark did not answer.")
 
-    async def relay(self, request: web.Request, api: str, name: str, base: str, body: bytes) -> web.StreamResponse:
-        """The request sent to `base`, its answer streamed back as it comes, its usage counted. A failure before the
-        answer starts is a 502; one after it cuts the stream, as the Spark's own failure would."""
+    async def relay(
+        self, request: web.Request, api: str, name: str, base: str, body: bytes, hide_usage: bool = False
+    ) -> web.StreamResponse:
+        """The request sent to `base`, its answer streamed back as it comes, its usage counted (HIDE_USAGE: the usage
+        event the gate asked for kept from the client). A failure before the answer starts is a 502; one after it
+        cuts the stream, as the Spark's own failure would."""
         try:
             upstream = await self.session.request(
                 request.method,
@@ -530,6 +588,7 @@ class Gate:
                     response.headers.add(header, value)
             await response.prepare(request)
             counter = StreamUsage() if "text/event-stream" in upstream.headers.get("content-type", "") else None
+            hidden = HiddenUsage() if hide_usage and counter is not None else None
             whole = bytearray()
             try:
                 async for chunk in upstream.content.iter_any():
@@ -537,7 +596,11 @@ class Gate:
                         counter.feed(chunk)
                     elif len(whole) < 16 * 1024 * 1024:
                         whole += chunk
-                    await response.write(chunk)
+                    passed = hidden.feed(chunk) if hidden is not None else chunk
+                    if passed:
+                        await response.write(passed)
+                if hidden is not None and (rest := hidden.end()):
+                    await response.write(rest)
                 await response.write_eof()
             except ConnectionResetError:  # the client went away: nothing more to send it
                 log.info("%s %s: the client closed the connection key=%s", request.method, request.path, name or "-")
