@@ -96,14 +96,10 @@ def _spark_key_problems(key: object) -> list[str]:
 
 
 def _key_problems(what: str, key: object, digests: set[str]) -> list[str]:
-    """What is wrong with one key (WHAT names it); the messages never hold the key."""
-    if not isinstance(key, str) or not key:
-        return [f"{what}: missing; put the key in Ansible Vault and name it here"]
-    why = input_rules.secret(key)
-    if why:
-        return [f"{what} {why}"]
-    if len(key) < MIN_KEY_LENGTH:
-        return [f"{what} is shorter than {MIN_KEY_LENGTH} characters: generate one, e.g. openssl rand -hex 24"]
+    """What is wrong with one key (WHAT names it): a secret of its own; the messages never hold the key."""
+    found = _long_secret(what, key, MIN_KEY_LENGTH)
+    if found:
+        return found
     digest = digest_of(key)
     if digest in digests:
         return [f"{what} is another entry's key too; each person or team has a key of its own"]
@@ -206,6 +202,7 @@ def _fernet_length_problems(secret: object) -> list[str]:
 
 
 def _long_secret(variable: str, value: object, least: int) -> list[str]:
+    """A secret from Ansible Vault: set, one printable word, at least LEAST characters."""
     if not isinstance(value, str) or not value:
         return [f"{variable} is empty: set it from Ansible Vault (at least {least} characters)"]
     why = input_rules.secret(value)

@@ -36,9 +36,9 @@ def test_good_keys_pass():
     ("keys", "message"),
     [
         ([], "fleet_router_keys is empty, so no one could use the endpoint"),
-        ([{"name": "alice"}], "fleet_router_keys[0] (alice).key: missing"),
+        ([{"name": "alice"}], "fleet_router_keys[0] (alice).key is empty: set it from Ansible Vault"),
         ([{"name": "alice", "key": "short-key"}], "fleet_router_keys[0] (alice).key is shorter than 16 characters"),
-        ([{"name": "alice", "key": ALICE + " x"}], "fleet_router_keys[0] (alice).key contains a space"),
+        ([{"name": "alice", "key": ALICE + " x"}], "fleet_router_keys[0] (alice).key (value hidden) contains a space"),
         ([{"name": "al ice", "key": ALICE}], "fleet_router_keys[0].name='al ice'"),
         ([{"name": "alice", "key": ALICE}, {"name": "alice", "key": BOB}], "the name alice is used twice"),
         ([{"name": "alice", "key": ALICE}, {"name": "bob", "key": ALICE}], "(bob).key is another entry's key too"),
@@ -84,7 +84,7 @@ def test_good_webui_settings_pass_and_its_key_is_named_open_webui():
 @pytest.mark.parametrize(
     ("change", "keys", "message"),
     [
-        ({"key": ""}, [], "fleet_router_webui_key: missing"),
+        ({"key": ""}, [], "fleet_router_webui_key is empty"),
         ({"key": "k3y-9x"}, [], "fleet_router_webui_key is shorter than 16"),
         ({"key": ALICE}, [], "fleet_router_webui_key is another entry's key too"),
         ({}, [{"name": "open-webui", "key": BOB}], "fleet_router_keys has an entry named open-webui"),

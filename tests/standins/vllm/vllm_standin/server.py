@@ -301,11 +301,14 @@ class Handler(BaseHTTPRequestHandler):
             self._write_chunk(f"event: {event['type']}\n".encode() + b"data: " + _json_bytes(event) + b"\n\n")
         self._write_chunk(b"")
 
-    def _tokens(self, parsed: protocol.ParsedRequest, arrival: float, chat: bool) -> Iterator[TokenEvent]:
-        """The engine's tokens for one request (a chat's thinking first where a reasoning parser is on)."""
+    def _tokens(
+        self, parsed: protocol.ParsedRequest, arrival: float, chat: bool, request_id: str | None = None
+    ) -> Iterator[TokenEvent]:
+        """The engine's tokens for one request. vLLM's reasoning parser splits chat answers only (a chat's thinking
+        comes first); /v1/completions returns the raw text."""
         return self.server.engine.generate(
             GenerationRequest(
-                request_id=protocol.random_id("chatcmpl" if chat else "cmpl"),
+                request_id=request_id or protocol.random_id("chatcmpl" if chat else "cmpl"),
                 prompt_words=parsed.prompt_words,
                 prompt_tokens=parsed.prompt_tokens,
                 max_tokens=parsed.max_tokens,
@@ -318,18 +321,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _generate(self, parsed: protocol.ParsedRequest, arrival: float, chat: bool) -> None:
         request_id = protocol.random_id("chatcmpl" if chat else "cmpl")
-        engine_request = GenerationRequest(
-            request_id=request_id,
-            prompt_words=parsed.prompt_words,
-            prompt_tokens=parsed.prompt_tokens,
-            max_tokens=parsed.max_tokens,
-            ignore_eos=parsed.ignore_eos,
-            arrival=arrival,
-            # vLLM's reasoning parser splits chat answers only; /v1/completions returns the raw text.
-            reasoning_tokens=self.server.config.reasoning_tokens if chat and parsed.thinking else 0,
-            answer_words=recalled_answer(parsed.prompt_words, self.server.config.faults.context_words),
-        )
-        tokens = self.server.engine.generate(engine_request)
+        tokens = self._tokens(parsed, arrival, chat, request_id)
         number = next(self.server._generations)
         config = self.server.config
         if config.faults.wrong(number, speculating=config.speculation.tokens > 0):
