@@ -49,7 +49,7 @@ from ansible.module_utils.model_config_figures import (
 from ansible.module_utils.model_config_figures import kv_bytes_per_token as layout_kv_bytes_per_token
 from ansible.module_utils.model_config_figures import kv_dtype_bytes as element_bytes
 from ansible.module_utils.parallel_layout import (
-    LARGEST_GROUP_TODAY,
+    MAX_GROUP,
     group_size,
     largest_stage_share,
     stage_layers,
@@ -529,20 +529,27 @@ def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:
 
 
 def _bigger_setup_hint(inputs: PlanInputs) -> str:
-    """What to try when the nodes cannot hold the model at any safe utilization."""
-    if nodes(inputs) * 2 > LARGEST_GROUP_TODAY:
+    """What to try when the nodes cannot hold the model at any safe utilization: a group twice the size, split by
+    tensor parallelism where the KV heads allow it, else by pipeline stages, up to the largest group."""
+    if nodes(inputs) * 2 > MAX_GROUP:
         return "use a smaller quantization (e.g. NVFP4)"
-    bigger = replace(inputs, tensor_parallel_size=inputs.tensor_parallel_size * 2)
+    tp = inputs.tensor_parallel_size * 2
+    if inputs.kv_heads and inputs.kv_heads % tp and tp % inputs.kv_heads:
+        bigger = replace(inputs, pipeline_parallel_size=inputs.pipeline_parallel_size * 2)
+        setting = f"pipeline_parallel_size to {bigger.pipeline_parallel_size}"
+    else:
+        bigger = replace(inputs, tensor_parallel_size=tp)
+        setting = f"tensor_parallel_size to {tp}"
     utilization = safe_utilization_holding(bigger, inputs.max_model_len)
     size = nodes(bigger)
     if utilization is None:
         return (
-            f"use a smaller quantization (e.g. NVFP4); even tensor_parallel_size {bigger.tensor_parallel_size} "
+            f"use a smaller quantization (e.g. NVFP4); even {setting.replace(' to ', ' ')} "
             f"({size} Sparks) would not hold it with one {inputs.max_model_len:,}-token sequence"
         )
     return (
-        f"use a smaller quantization (e.g. NVFP4), or set {inputs.name}.tensor_parallel_size to "
-        f"{bigger.tensor_parallel_size} ({size} Sparks) with gpu_memory_utilization {utilization:.2f}"
+        f"use a smaller quantization (e.g. NVFP4), or set {inputs.name}.{setting} ({size} Sparks) with "
+        f"gpu_memory_utilization {utilization:.2f}"
     )
 
 

@@ -17,10 +17,7 @@ stage: what the memory planner (module_utils/memory_plan.py) plans per member.
 
 from __future__ import annotations
 
-# The largest group: NVIDIA's own multi-Spark setup script takes 2 to 4 through a switch, community clusters run 8.
-MAX_GROUP = 8
-# The largest group the inventory takes today (roles/spark_fabric: a pair); the planner suggests no larger one.
-LARGEST_GROUP_TODAY = 2
+from ansible.module_utils.spark_pair import MAX_GROUP
 
 
 def group_size(tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> int:

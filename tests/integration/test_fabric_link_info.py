@@ -1,6 +1,7 @@
 """The fabric_link_info module and the spark_fabric role that uses it: two real veth links between two network
 namespaces of this machine stand in for the two halves of the ConnectX-7 port cabled between two Sparks (the
-kernel reports 10000 Mb/s for veth). The module runs inside a namespace, so through real Ansible started with
+kernel reports 10000 Mb/s for veth), and three namespaces on two bridges of a fourth for a group of three Sparks
+through a switch. The module runs inside a namespace, so through real Ansible started with
 `ip netns exec`; its functions are tested in-process in tests/unit/test_fabric_link.py."""
 
 from __future__ import annotations
@@ -151,14 +152,39 @@ def test_peer_addresses_must_pair_with_the_halves(cable):
     assert "peer_addresses must give the partner's address on each of ['fab0', 'fab1']" in result["msg"]
 
 
-# The role on both "Sparks" at once: each host's modules run inside its namespace, through an interpreter wrapper.
+@pytest.fixture(scope="module")
+def switch():
+    """Namespaces A, B and C, each with fab0 and fab1 (MTU 9000) plugged into bridges br0 and br1 of a fourth, the
+    switch: fab0 in 10.88.0.0/24, fab1 in 10.89.0.0/24, host N at .N. Removed afterwards."""
+    tag = uuid.uuid4().hex[:6]
+    hub, members = f"sfs-{tag}", [f"sf{name}-{tag}" for name in "abc"]
+    for namespace in (hub, *members):
+        sh("ip", "netns", "add", namespace)
+    try:
+        for bridge in ("br0", "br1"):
+            sh("ip", "-n", hub, "link", "add", bridge, "mtu", "9000", "type", "bridge")
+            sh("ip", "-n", hub, "link", "set", bridge, "up")
+        for number, namespace in enumerate(members, start=1):
+            for index, (half, subnet) in enumerate((("fab0", "10.88.0"), ("fab1", "10.89.0"))):
+                port = f"p{number}{index}"
+                sh("ip", "link", "add", half, "netns", namespace, "type", "veth", "peer", "name", port, "netns", hub)
+                sh("ip", "-n", hub, "link", "set", port, "mtu", "9000", "master", f"br{index}", "up")
+                sh("ip", "-n", namespace, "link", "set", half, "mtu", "9000", "up")
+                sh("ip", "-n", namespace, "address", "add", f"{subnet}.{number}/24", "dev", half)
+        yield tuple(members)
+    finally:
+        for namespace in (*members, hub):
+            subprocess.run(["ip", "netns", "del", namespace], check=False, timeout=30)
+
+
+# The role on every "Spark" at once: each host's modules run inside its namespace, through an interpreter wrapper.
 
 
 def run_pair(tmp_path: Path, cable, rdma: bool = False, check: bool = False) -> tuple[int, dict]:
-    """The spark_fabric role on hosts sa and sb (pair pair_t, one per namespace) through ansible-playbook, then
-    spark_fabric_node shown; the play's exit status and its report."""
+    """The spark_fabric role on hosts sa, sb (and sc, ...: group pair_t, one per namespace of CABLE, the head first)
+    through ansible-playbook, then spark_fabric_node shown; the play's exit status and its report."""
     hosts = {}
-    for host, namespace in zip(("sa", "sb"), cable, strict=True):
+    for host, namespace in zip(("sa", "sb", "sc", "sd")[: len(cable)], cable, strict=True):
         wrapper = tmp_path / f"python-{host}"
         inner = f'{sys.executable} "$@"'
         if rdma:  # ConnectX-7 stand-ins: the same links, seen through a /sys/class/net that has RDMA devices
@@ -219,8 +245,9 @@ def test_the_role_checks_both_halves_and_pins_sockets_to_the_first(tmp_path, cab
             assert env[variable] == "fab0", variable
         assert "NCCL_IB_HCA" not in env
     assert nodes["sa"]["rank"] == 0 and nodes["sb"]["rank"] == 1
-    pings = task_results(report, "Link | Ping the partner through each half with full-MTU packets")
-    assert pings["sa"]["peer_answers"] == [True, True] and pings["sb"]["peer_answers"] == [True, True]
+    pings = task_results(report, "Link | Ping every other Spark of the group through each half with full-MTU packets")
+    for host, other in (("sa", "sb"), ("sb", "sa")):
+        assert [(ping["item"], ping["peer_answers"]) for ping in pings[host]["results"]] == [(other, [True, True])]
     assert all(stats["changed"] == 0 for stats in report["stats"].values())
 
 
@@ -241,7 +268,38 @@ def test_the_ends_of_a_half_with_different_mtus_are_refused(tmp_path, cable):
     finally:
         sh("ip", "-n", b, "link", "set", "fab1", "mtu", "9000")
     assert rc != 0
-    refusals = task_results(report, "Link | Require the same MTU on both ends of each half")
+    refusals = task_results(report, "Link | Require the same MTU on every end of each half")
     said = json.dumps(refusals)
-    assert "sa (pair pair_t): fab1 has MTU 9000 here but 1500 on sb's fab1: give both ends of each half" in said
-    assert "sb (pair pair_t): fab1 has MTU 1500 here but 9000 on sa's fab1" in said
+    assert "sa (group pair_t): fab1 has MTU 9000 here but 1500 on sb's fab1: give every end of each half" in said
+    assert "sb (group pair_t): fab1 has MTU 1500 here but 9000 on sa's fab1" in said
+
+
+def test_a_group_of_three_through_a_switch_pings_every_other_spark_on_each_half(tmp_path, switch):
+    rc, report = run_pair(tmp_path, switch, check=True)
+    assert rc == 0, json.dumps(report)[-3000:]
+    nodes = {host: result["spark_fabric_node"] for host, result in task_results(report, "Show the pair").items()}
+    names = ["sa", "sb", "sc"]
+    for rank, host in enumerate(names):
+        node = nodes[host]
+        assert (node["rank"], node["size"], node["head"]) == (rank, 3, "sa")
+        assert node["peers"] == [other for other in names if other != host]
+        assert node["addresses"] == [f"10.88.0.{rank + 1}", f"10.89.0.{rank + 1}"]
+        assert node["env"]["MASTER_ADDR"] == "10.88.0.1" and node["head_address"] == "10.88.0.1"
+    pings = task_results(report, "Link | Ping every other Spark of the group through each half with full-MTU packets")
+    for host in names:
+        answered = {ping["item"]: ping["peer_answers"] for ping in pings[host]["results"]}
+        assert answered == {other: [True, True] for other in names if other != host}
+
+
+def test_a_spark_of_the_group_that_the_others_cannot_reach_on_a_half_is_named(tmp_path, switch):
+    # sc's second half is unplugged from the switch: sa and sb cannot reach it there, nor it them.
+    hub = switch[0].replace("sfa-", "sfs-")
+    sh("ip", "-n", hub, "link", "set", "p31", "nomaster")
+    try:
+        rc, report = run_pair(tmp_path, switch)
+    finally:
+        sh("ip", "-n", hub, "link", "set", "p31", "master", "br1")
+    assert rc != 0
+    said = json.dumps(task_results(report, "Link | Require an answer from every other Spark on each half"))
+    assert "sa (group pair_t): the partner 10.89.0.3 does not answer on fab1" in said
+    assert "A group of more than two Sparks is linked through a switch, each half in one subnet shared by all" in said

@@ -1,5 +1,5 @@
 """inventories/fleet-example/: it parses, its variables exist and land where its comments say, and the preflight
-play refuses a broken fleet (a pair of three, mismatched ends, a two-Spark model on a single Spark) before any
+play refuses a broken fleet (a group of one, mismatched ends, a two-Spark model on a single Spark) before any
 host changes, naming the host and the variable. Runs the real preflight play with every host on this machine
 (local connection) and the stand-in nvidia-smi.
 
@@ -49,10 +49,14 @@ def copy_of_the_example(folder: Path, name: str) -> Path:
     return copy
 
 
-def with_a_pair_of_three(copy: Path) -> Path:
-    """COPY of the example with spark-4 in pair_a."""
+def with_pair_a_of(copy: Path, *members: str) -> Path:
+    """COPY of the example with MEMBERS (and no other Spark) in pair_a, in that order."""
     hosts = yaml.safe_load((copy / "hosts.yml").read_text(encoding="utf-8"))
-    hosts["all"]["children"]["sparks"]["children"]["spark_pairs"]["children"]["pair_a"]["hosts"]["spark-4"] = None
+    sparks = hosts["all"]["children"]["sparks"]
+    sparks["children"]["spark_pairs"]["children"]["pair_a"]["hosts"] = dict.fromkeys(members)
+    left = sorted({"spark-2", "spark-3"} - set(members))  # a Spark of the pair left out of it serves alone
+    if left:
+        sparks["children"]["single_sparks"]["hosts"].update(dict.fromkeys(left))
     (copy / "hosts.yml").write_text(yaml.safe_dump(hosts), encoding="utf-8")
     return copy
 
@@ -70,13 +74,13 @@ TWO_SPARK_QWEN = [{"recipe": "qwen3-0.6b", "port": 8000, "tensor_parallel_size":
 HALVES = {
     "one-half": (
         {"spark_fabric_interfaces": ["enp1s0f1np1"]},
-        "spark-2 (pair pair_a): spark_fabric_interfaces must name the two halves of the cabled ConnectX-7 port, "
+        "spark-2 (group pair_a): spark_fabric_interfaces must name the two halves of the cabled ConnectX-7 port, "
         "the first carrying the rendezvous (got ['enp1s0f1np1']).",
     ),
     "one-half-twice": (
         {"spark_fabric_interfaces": ["enp1s0f1np1", "enp1s0f1np1"]},
         "set spark_fabric_interfaces: [enp1s0f1np1, enP2p1s0f1np1] (`ibdev2netdev` lists the names) and give the "
-        "second half an address too, in a subnet of its own, on both Sparks",
+        "second half an address too, in a subnet of its own, on every Spark",
     ),
     "old-variable": (
         {"spark_fabric_interface": "enp1s0f1np1"},
@@ -98,7 +102,10 @@ def runs(playbook_runs, nvidia_smi_env, tmp_path_factory):
     env = nvidia_smi_env("gb10")
     copies = tmp_path_factory.mktemp("fleet")
     cases = {
-        "pair-of-three": preflight_argv(with_a_pair_of_three(copy_of_the_example(copies, "pair-of-three"))),
+        "group-of-three": preflight_argv(
+            with_pair_a_of(copy_of_the_example(copies, "group-of-three"), "spark-2", "spark-3", "spark-4")
+        ),
+        "group-of-one": preflight_argv(with_pair_a_of(copy_of_the_example(copies, "group-of-one"), "spark-2")),
         "the-example": preflight_argv(EXAMPLE),
         "ends-with-different-ports": preflight_argv(
             with_host_vars(
@@ -157,7 +164,7 @@ def test_a_two_spark_model_on_a_single_spark_is_refused(runs):
     assert done.returncode != 0
     assert (
         "spark-1: vllm_server_models[0] (qwen3-0.6b) has tensor_parallel_size 2 and pipeline_parallel_size 1, so it "
-        "runs on 2 Sparks linked by ConnectX-7, one GPU each: this host is in no pair." in said(done)
+        "runs on 2 Sparks linked by ConnectX-7, one GPU each: this host is in no group." in said(done)
     )
 
 
@@ -167,20 +174,31 @@ def test_the_pairs_link_is_checked_on_each_spark(runs):
     assert done.returncode != 0
     for host in ("spark-2", "spark-3"):
         assert (
-            f"{host}: the ConnectX-7 link of pair pair_a (spark_fabric_interfaces=enp1s0f1np1, enP2p1s0f1np1) is "
+            f"{host}: the ConnectX-7 link of group pair_a (spark_fabric_interfaces=enp1s0f1np1, enP2p1s0f1np1) is "
             "not fit: there is no network interface enp1s0f1np1 (ibdev2netdev lists the ConnectX-7 ports); there "
             "is no network interface enP2p1s0f1np1" in said(done)
         )
     assert "changed=0" in said(done) and "changed=1" not in said(done)
 
 
-def test_a_pair_of_three_is_refused_by_name(runs):
-    done = runs.result("pair-of-three")
+def test_a_group_of_three_passes_the_inventory_and_each_spark_checks_its_link(runs):
+    # Three Sparks through a switch: the inventory is fine, so each of the three goes on to read its own port.
+    done = runs.result("group-of-three")
+    assert done.returncode != 0
+    assert "which names no inventory group" not in said(done) and "a group serves one model" not in said(done)
+    for host in ("spark-2", "spark-3", "spark-4"):
+        assert f"{host}: the ConnectX-7 link of group pair_a" in said(done)
+
+
+def test_a_group_of_one_is_refused_by_name(runs):
+    done = runs.result("group-of-one")
     assert done.returncode != 0
     assert (
-        'spark_fabric_pair_group is "pair_a", which must name an inventory group of exactly two Sparks, this one '
-        "among them (the first is the head); it holds spark-2, spark-3, spark-4." in said(done)
+        "spark-2: its group pair_a holds 1 Spark (spark-2), but a group serves one model on 2 to 8. Put the Sparks "
+        "linked by ConnectX-7 that serve one model together (2 to 8, the head first) in an inventory group of their "
+        "own and set spark_fabric_pair_group to its name in its group_vars." in said(done)
     )
+    assert "is not fit" not in said(done)
 
 
 def test_ends_of_one_cable_with_different_ports_are_refused(runs):
@@ -198,7 +216,7 @@ def test_different_recommended_mtus_are_no_refusal(runs):
     # read (tests/integration/test_fabric_link_info.py). Here the pair goes on to the link check, which finds no port.
     done = runs.result("different-mtus")
     assert "must have the same" not in said(done)
-    assert "spark-3: the ConnectX-7 link of pair pair_a" in said(done)
+    assert "spark-3: the ConnectX-7 link of group pair_a" in said(done)
 
 
 @pytest.mark.parametrize("case", list(HALVES))

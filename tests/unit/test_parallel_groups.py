@@ -46,7 +46,7 @@ def fabric(size: int, rank: int) -> dict:
         "rank": rank,
         "size": size,
         "head": "spark-1",
-        "peer": "spark-2" if rank == 0 else "spark-1",
+        "peers": [f"spark-{member + 1}" for member in range(size) if member != rank],
         "head_address": "192.168.100.11",
         "master_port": 29501,
         "rdma": False,

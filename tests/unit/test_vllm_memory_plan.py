@@ -956,3 +956,30 @@ def test_the_share_suggested_for_a_kv_cache_in_gib_holds_weights_overhead_and_it
     assert plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 20, "gpu_memory_utilization": share})).fits
     lower = round(share - 0.01, 2)
     assert not plan(inputs_of(NEMOTRON, {"kv_cache_memory_gib": 20, "gpu_memory_utilization": lower})).fits
+
+
+# A dense model far too large for a pair in BF16 (about 4.5 times the 70B's weights).
+BIG_BF16 = {
+    **LLAMA_70B_BF16,
+    "name": "big-bf16-fixture",
+    "tensor_parallel_size": 2,
+    "architecture": {**LLAMA_70B_BF16["architecture"], "weight_bytes": 320e9},
+}
+
+
+def test_a_pair_too_small_is_told_of_a_group_of_four_by_tensor_parallelism():
+    (reason,) = plan(inputs_of(BIG_BF16)).reasons
+    assert f"{LABEL}.tensor_parallel_size to 4 (4 Sparks)" in reason
+
+
+def test_kv_heads_that_four_ranks_cannot_split_get_pipeline_stages_instead():
+    six_kv_heads = {**BIG_BF16, "architecture": {**BIG_BF16["architecture"], "kv_heads": 6}}
+    (reason,) = plan(inputs_of(six_kv_heads)).reasons
+    assert f"{LABEL}.pipeline_parallel_size to 2 (4 Sparks)" in reason
+    assert "tensor_parallel_size to 4" not in reason
+
+
+def test_a_group_of_eight_too_small_is_told_only_to_quantize():
+    eight = {**BIG_BF16, "tensor_parallel_size": 8, "architecture": {**BIG_BF16["architecture"], "weight_bytes": 2e12}}
+    (reason,) = plan(inputs_of(eight)).reasons
+    assert reason.endswith("use a smaller quantization (e.g. NVFP4)")

@@ -18,7 +18,7 @@ WORKER = {
     "pair": "pair_a",
     "rank": 1,
     "head": "spark-1",
-    "peer": "spark-1",
+    "peers": ["spark-1"],
     "head_address": "192.168.100.10",
     "master_port": 29501,
     "rdma": True,
@@ -171,7 +171,7 @@ def test_a_pair_worker_runs_headless_with_the_pair_settings(run_module):
 
 
 def test_a_pair_head_answers_the_api_without_headless(run_module):
-    head = WORKER | {"rank": 0, "peer": "spark-2", "rdma": False, "docker_args": []}
+    head = WORKER | {"rank": 0, "peers": ["spark-2"], "rdma": False, "docker_args": []}
     result = resolve(run_module, [{"recipe": "llama-3.3-70b-instruct-bf16-tp2", "port": 8000}], fabric=head)
     (model,) = result["models"]
     assert (model["rank"], model["api"], model["docker_args"]) == (0, True, [])

@@ -28,13 +28,13 @@ HEAD_FABRIC = {
     "pair": "pair_a",
     "rank": 0,
     "head": "spark-1",
-    "peer": "spark-2",
+    "peers": ["spark-2"],
     "head_address": "192.168.100.10",
     "master_port": 29501,
     "rdma": False,
     "env": {},
 }
-WORKER_FABRIC = HEAD_FABRIC | {"rank": 1, "peer": "spark-1"}
+WORKER_FABRIC = HEAD_FABRIC | {"rank": 1, "peers": ["spark-1"]}
 
 
 def resolved_models(run_module, entry: dict | None = None, fabric: dict | None = None) -> list[dict]:

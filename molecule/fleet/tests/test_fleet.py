@@ -129,7 +129,7 @@ def test_a_rolling_update_moves_every_host_while_the_router_answers_every_reques
     # The canary first (fleet-3, the first Spark that serves alone), then the pair: one batch at a time, each out of
     # the router and back before the next.
     out = said(done)
-    canary, pairs = out.index("PLAY [Update | Roll the canary first"), out.index("PLAY [Update | Roll the pairs")
+    canary, pairs = out.index("PLAY [Update | Roll the canary first"), out.index("PLAY [Update | Roll the groups")
     assert canary < out.index("Drain | Take the endpoints out of each router", canary) < pairs
     assert "Drain | Take the endpoints out of each router" in out[pairs:]
     entry = pin()
@@ -177,7 +177,7 @@ def test_an_image_that_answers_wrong_stops_the_rollout_at_the_canary(bad_image_u
     assert "The rolling update stopped at its canary fleet-3:" in out
     assert "qwen3-0.6b failed its quality gate: canary 'What is the capital of France? Answer in one word.'" in out
     assert "No other Spark was touched" in out
-    assert "PLAY [Update | Roll the pairs" not in out
+    assert "PLAY [Update | Roll the groups" not in out
     # The lock pins the good image again (the next run serves it everywhere); fleet-3 is back on it; the pair was
     # never restarted; the router's clients saw nothing.
     assert pin() == good
