@@ -50,6 +50,14 @@ options:
     description: Echo requests sent to the partner through each half.
     type: int
     default: 3
+  netplan_addresses:
+    description:
+      - The address each of O(interfaces) is to have (spark_fabric_netplan configures them, with the MTU O(mtu)), in
+        the same order. Until every half has its address and that MTU, only each interface's existence is judged
+        (C(configured) false, no warnings, no ping); then everything is, as without it.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -89,6 +97,19 @@ peer_answers:
   returned: always
   type: list
   elements: bool
+configured:
+  description:
+    - False while O(netplan_addresses) are not all in place with the MTU O(mtu) (only a missing interface is judged
+      then); true otherwise.
+  returned: always
+  type: bool
+other_prefixes:
+  description:
+    - The IPv4 addresses, with their prefix length, of every other interface of the host but the loopback, by
+      interface (what the fabric's subnets must not overlap).
+  returned: always
+  type: dict
+  sample: {enP7s7: [192.168.1.102/24], docker0: [172.17.0.1/16]}
 problems:
   description: One message per shortfall, naming the interface and the fix; empty when both halves are fit.
   returned: always
@@ -101,8 +122,10 @@ from pathlib import Path
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.fabric_link import (
     ipv4_prefixes,
+    ipv4_prefixes_by_interface,
     link_problems,
     mtu_advice,
+    netplan_in_place,
     ping_payload,
     read_link,
     shared_subnet_advice,
@@ -121,6 +144,18 @@ def read_half(module: AnsibleModule, interface: str) -> dict:
             module.fail_json(msg=f"ip -j -4 address show dev {interface} failed: {err.strip()}")
         prefixes = ipv4_prefixes(out)
     return {**link, "addresses": [prefix.split("/", 1)[0] for prefix in prefixes], "prefixes": prefixes}
+
+
+def other_prefixes(module: AnsibleModule, interfaces: list[str]) -> dict[str, list[str]]:
+    """The IPv4 prefixes of the host's other interfaces, the loopback left out."""
+    rc, out, err = module.run_command(["ip", "-j", "-4", "address", "show"])
+    if rc != 0:
+        module.fail_json(msg=f"ip -j -4 address show failed: {err.strip()}")
+    return {
+        name: prefixes
+        for name, prefixes in ipv4_prefixes_by_interface(out).items()
+        if name not in interfaces and name != "lo" and prefixes
+    }
 
 
 def ping_problem(module: AnsibleModule, link: dict, peer_address: str) -> str | None:
@@ -146,6 +181,7 @@ def main() -> None:
             "mtu": {"type": "int", "default": 9000},
             "peer_addresses": {"type": "list", "elements": "str", "default": []},
             "ping_count": {"type": "int", "default": 3},
+            "netplan_addresses": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -159,14 +195,20 @@ def main() -> None:
         )
 
     links = [read_half(module, interface) for interface in interfaces]
-    problems = [problem for link in links for problem in link_problems(link, params["speed_mbps"], link["addresses"])]
-    advice = [mtu_advice(link, params["mtu"]) for link in links]
-    advice += shared_subnet_advice({link["interface"]: link["prefixes"] for link in links if link["exists"]})
-    for message in filter(None, advice):
-        module.warn(message)
+    configured = netplan_in_place(links, params["netplan_addresses"], params["mtu"])
+    if not configured:  # configured later: only a missing interface is a problem now
+        problems = [problem for link in links if not link["exists"] for problem in link_problems(link, 0, [])]
+    else:
+        problems = [
+            problem for link in links for problem in link_problems(link, params["speed_mbps"], link["addresses"])
+        ]
+        advice = [mtu_advice(link, params["mtu"]) for link in links]
+        advice += shared_subnet_advice({link["interface"]: link["prefixes"] for link in links if link["exists"]})
+        for message in filter(None, advice):
+            module.warn(message)
 
     peer_answers = None
-    if peers and not problems:  # no ping over a link that is already wrong
+    if peers and configured and not problems:  # no ping over a link that is already wrong
         answers = [ping_problem(module, link, peer) for link, peer in zip(links, peers, strict=True)]
         peer_answers = [answer is None for answer in answers]
         problems += filter(None, answers)
@@ -174,7 +216,13 @@ def main() -> None:
         del link["prefixes"]
     rdma_devices = [device for link in links for device in link.get("rdma_devices", [])]
     module.exit_json(
-        changed=False, links=links, rdma_devices=rdma_devices, peer_answers=peer_answers, problems=problems
+        changed=False,
+        links=links,
+        rdma_devices=rdma_devices,
+        peer_answers=peer_answers,
+        configured=configured,
+        other_prefixes=other_prefixes(module, interfaces),
+        problems=problems,
     )
 
 

@@ -61,6 +61,15 @@ def ipv4_prefixes(ip_json: str) -> list[str]:
     return prefixes
 
 
+def ipv4_prefixes_by_interface(ip_json: str) -> dict[str, list[str]]:
+    """The IPv4 addresses with their prefix length of each interface in `ip -j -4 address show` output."""
+    return {
+        str(link.get("ifname")): ipv4_prefixes(json.dumps([link]))
+        for link in json.loads(ip_json or "[]")
+        if link.get("ifname")
+    }
+
+
 def ipv4_addresses(ip_json: str) -> list[str]:
     """The IPv4 addresses in `ip -j -4 address show dev IF` output, in the order ip lists them."""
     return [prefix.split("/", 1)[0] for prefix in ipv4_prefixes(ip_json)]
@@ -86,6 +95,17 @@ def link_problems(link: dict, speed_mbps: int, addresses: list[str]) -> list[str
             "connect-two-sparks netplan, step 3)"
         )
     return problems
+
+
+def netplan_in_place(links: list[dict], netplan_addresses: list[str], mtu: int) -> bool:
+    """Whether every half has the address netplan is to give it (same order) and the MTU; true when netplan is to
+    give none (spark_fabric_netplan off)."""
+    if not netplan_addresses:
+        return True
+    return len(netplan_addresses) == len(links) and all(
+        link["exists"] and address in link["addresses"] and link["mtu"] == mtu
+        for link, address in zip(links, netplan_addresses, strict=True)
+    )
 
 
 def mtu_advice(link: dict, recommended_mtu: int) -> str | None:

@@ -19,8 +19,10 @@ python_image=sparkfleet-test/python-base
 # What a DGX Spark's OS has that the roles rely on (DGX OS 7 is Ubuntu 24.04; Ubuntu's archive is not
 # reachable here, so Debian stands in for it).
 # iputils-ping: the fabric link check; openssh-server: sshd -i for the SSH-connected fleet scenario (its
-# listening service stays masked: the scenario reaches it through docker exec, not the network).
-spark_packages=systemd,systemd-sysv,python3,python3-apt,sudo,ca-certificates,gnupg,curl,iproute2,dbus,procps,docker.io,kmod,iputils-ping,openssh-server
+# listening service stays masked: the scenario reaches it through docker exec, not the network); netplan.io and
+# udev: DGX OS's network configuration, which spark_fabric_netplan writes and applies (udevd itself does not start
+# in a container, whose /sys is read-only; `netplan apply` needs udevadm).
+spark_packages=systemd,systemd-sysv,python3,python3-apt,sudo,ca-certificates,gnupg,curl,iproute2,dbus,procps,docker.io,kmod,iputils-ping,openssh-server,netplan.io,udev
 # libnuma1: the real vLLM engine for the CPU (its vllm._C links libnuma.so.1), whose test image is built on this one
 # (tests/fixtures/build-engine-registry.sh).
 python_packages=python3,ca-certificates,libnuma1

@@ -8,8 +8,10 @@ from pathlib import Path
 from fabric_link import (
     ipv4_addresses,
     ipv4_prefixes,
+    ipv4_prefixes_by_interface,
     link_problems,
     mtu_advice,
+    netplan_in_place,
     ping_payload,
     read_link,
     shared_subnet_advice,
@@ -42,3 +44,28 @@ def test_halves_in_one_subnet_are_warned_about():
         "its own (NVIDIA's connect-two-sparks netplan, step 3)"
     ]
     assert ping_payload(9000) == 8972 and ping_payload(1500) == 1472
+
+
+def test_the_other_interfaces_prefixes_are_read_by_name():
+    ip_json = (
+        '[{"ifname": "lo", "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8}]},'
+        ' {"ifname": "enP7s7", "addr_info": [{"family": "inet", "local": "192.168.1.102", "prefixlen": 24}]},'
+        ' {"ifname": "fab0", "addr_info": []}]'
+    )
+    assert ipv4_prefixes_by_interface(ip_json) == {
+        "lo": ["127.0.0.1/8"],
+        "enP7s7": ["192.168.1.102/24"],
+        "fab0": [],
+    }
+
+
+def test_netplan_is_in_place_only_with_every_planned_address_and_the_mtu():
+    links = [
+        {"exists": True, "interface": "fab0", "addresses": ["10.0.0.1"], "mtu": 9000},
+        {"exists": True, "interface": "fab1", "addresses": ["10.0.1.1"], "mtu": 9000},
+    ]
+    assert netplan_in_place(links, [], 9000)  # no netplan: the owner's network, judged as it is
+    assert netplan_in_place(links, ["10.0.0.1", "10.0.1.1"], 9000)
+    assert not netplan_in_place(links, ["10.0.0.1", "10.0.1.2"], 9000)
+    assert not netplan_in_place(links, ["10.0.0.1", "10.0.1.1"], 1500)
+    assert not netplan_in_place([links[0], {"exists": False, "interface": "fab1"}], ["10.0.0.1", "10.0.1.1"], 9000)
