@@ -91,7 +91,7 @@ def link_problems(link: dict, speed_mbps: int, addresses: list[str]) -> list[str
         problems.append(f"{name} reports {found}, expected {speed_mbps} Mb/s: reseat the QSFP cable or use a rated one")
     if not addresses:
         problems.append(
-            f"{name} has no IPv4 address: give it one on both Sparks, in a subnet of its own (NVIDIA's "
+            f"{name} has no IPv4 address: give it one on every Spark of the group, in a subnet of its own (NVIDIA's "
             "connect-two-sparks netplan, step 3)"
         )
     return problems
@@ -115,8 +115,8 @@ def mtu_advice(link: dict, recommended_mtu: int) -> str | None:
         return None
     return (
         f"{link['interface']} has MTU {link['mtu']}, below the recommended {recommended_mtu} (spark_fabric_mtu): the "
-        f"pair works, but NCCL's traffic over the fabric is faster with jumbo frames. Add `mtu: {recommended_mtu}` "
-        "to both halves of the port in the netplan file on both Sparks and run `sudo netplan apply`, or set "
+        f"group works, but NCCL's traffic over the fabric is faster with jumbo frames. Add `mtu: {recommended_mtu}` "
+        "to both halves of the port in the netplan file on every Spark and run `sudo netplan apply`, or set "
         f"spark_fabric_mtu: {link['mtu']} to keep this MTU without this warning"
     )
 

@@ -90,8 +90,8 @@ def judge(stacks: Mapping[str, Mapping[str, str]], pairs: Mapping[str, list[str]
             groups = _groups({host: stacks[host] for host in present}, key)
             if len(groups) > 1:
                 problems.append(
-                    f"pair {pair}: its Sparks run different {label}s ({_listed(groups)}); a pair serves one model "
-                    f"together, so both must run the same {label}: {fix}"
+                    f"pair {pair}: its Sparks run different {label}s ({_listed(groups)}); a group serves one model "
+                    f"together, so every Spark of it must run the same {label}: {fix}"
                 )
     for key, label in KEYS.items():
         groups = _groups(stacks, key)
@@ -116,7 +116,7 @@ def host_nccl_problems(stacks: Mapping[str, Mapping[str, str]], pair: str) -> li
     groups = _groups(stacks, "host_nccl")
     if len(groups) > 1 and not missing:
         problems.append(
-            f"pair {pair}: its Sparks run different {KEYS['host_nccl']}s ({_listed(groups)}); bring both to one "
+            f"pair {pair}: its Sparks run different {KEYS['host_nccl']}s ({_listed(groups)}); bring all of them to one "
             "libnccl2 (apt)"
         )
     return problems

@@ -178,7 +178,7 @@ def decide(
             why = "its unit or secrets file changed"
         return {**base, "restart": True, "action": "restarted", "daemon_reload": True, "why": why}
     if model.get("multinode") and unit in partner_reconfigured:
-        why = f"its pair partner {partner} restarts {unit} with a new configuration"
+        why = f"{partner} of its group restart(s) {unit} with a new configuration"
         return {
             **base,
             "restart": True,

@@ -97,8 +97,8 @@ def test_a_second_half_without_an_address_is_named(cable):
         sh("ip", "-n", a, "address", "add", "10.79.0.1/24", "dev", "fab1")
     assert result["links"][1]["addresses"] == []
     assert result["problems"] == [
-        "fab1 has no IPv4 address: give it one on both Sparks, in a subnet of its own (NVIDIA's connect-two-sparks "
-        "netplan, step 3)"
+        "fab1 has no IPv4 address: give it one on every Spark of the group, in a subnet of its own (NVIDIA's "
+        "connect-two-sparks netplan, step 3)"
     ]
 
 
@@ -115,8 +115,8 @@ def test_mtu_1500_is_a_warning_and_the_ping_uses_the_real_mtu(cable):
     assert result["problems"] == [] and result["peer_answers"] == [True, True]
     assert result["links"][1]["mtu"] == 1500
     (warning,) = result["warnings"]
-    assert warning.startswith("fab1 has MTU 1500, below the recommended 9000 (spark_fabric_mtu): the pair works")
-    assert "Add `mtu: 9000` to both halves of the port in the netplan file on both Sparks" in warning
+    assert warning.startswith("fab1 has MTU 1500, below the recommended 9000 (spark_fabric_mtu): the group works")
+    assert "Add `mtu: 9000` to both halves of the port in the netplan file on every Spark" in warning
 
 
 def test_a_partner_behind_a_smaller_mtu_is_named(cable):

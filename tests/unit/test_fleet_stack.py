@@ -39,8 +39,8 @@ def test_a_pair_on_two_drivers_stops_naming_both_and_a_mixed_fleet_is_a_warning(
     stacks = {"a": SAME, "b": {**SAME, "driver": "580.126.09"}, "c": {**SAME, "kernel": "6.14.0-1015-nvidia"}}
     problems, warnings = judge(stacks, {"pair-x": ["a", "b"]})
     assert problems == [
-        "pair pair-x: its Sparks run different NVIDIA drivers (580.126.09 on b; 580.95.05 on a); a pair serves one "
-        "model together, so both must run the same NVIDIA driver: bring them to one version"
+        "pair pair-x: its Sparks run different NVIDIA drivers (580.126.09 on b; 580.95.05 on a); a group serves one "
+        "model together, so every Spark of it must run the same NVIDIA driver: bring them to one version"
     ]
     assert warnings == [
         "the fleet runs 2 NVIDIA drivers: 580.126.09 on b; 580.95.05 on a, c",
@@ -88,7 +88,7 @@ def test_a_pair_that_loads_the_hosts_nccl_needs_one_libnccl2_on_both():
     two = {**one, "b": {**SAME, "host_nccl": "2.28.3-1+cuda13.0"}}
     assert host_nccl_problems(two, "p") == [
         "pair p: its Sparks run different host libnccl2 versions (2.28.3-1+cuda13.0 on b; 2.28.9-1+cuda13.0 on a); "
-        "bring both to one libnccl2 (apt)"
+        "bring all of them to one libnccl2 (apt)"
     ]
     assert host_nccl_problems({**one, "b": {**SAME, "host_nccl": "none"}}, "p") == [
         "b has no libnccl2 package (install DGX OS's libnccl2)"

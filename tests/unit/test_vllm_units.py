@@ -160,7 +160,7 @@ def test_a_pair_head_that_changed_restarts_its_worker_with_it(_models):
     unit = plan_one(worker, partner_reconfigured=partner_restarts, partner="spark-1")
     assert (unit["restart"], unit["action"], unit["daemon_reload"]) == (True, "restarted", False)
     assert unit["with_partner"] is True
-    assert unit["why"] == f"its pair partner spark-1 restarts {worker['unit']} with a new configuration"
+    assert unit["why"] == f"spark-1 of its group restart(s) {worker['unit']} with a new configuration"
     # A restart for the partner is no new configuration of this side's own: it is not passed back.
     assert reconfigured([unit]) == []
 
