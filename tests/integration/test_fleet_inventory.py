@@ -205,8 +205,8 @@ def test_ends_of_one_cable_with_different_ports_are_refused(runs):
     done = runs.result("ends-with-different-ports")
     assert done.returncode != 0
     assert (
-        "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group, spark_fabric_master_port and "
-        "spark_fabric_nccl_library" in said(done)
+        "spark-2 and spark-3 (group pair_a) must have the same spark_fabric_pair_group, spark_fabric_master_port, "
+        "spark_fabric_nccl_library and spark_fabric_netplan" in said(done)
     )
     assert "port 29501 / 29502" in said(done) and "NCCL image / host" in said(done)
 
