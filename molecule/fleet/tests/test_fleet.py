@@ -231,8 +231,28 @@ def test_an_image_the_registry_cannot_give_fails_clearly_and_leaves_every_host_a
             ["-e", json.dumps({"vllm_server_models": [{"recipe": "nemotron-3-super-120b-a12b-nvfp4", "port": 8000}]})],
             "the weights (74.8 GiB) plus overhead (2.0 GiB) need 76.8 GiB",
         ),
+        (
+            # Four Sparks' worth (tensor x pipeline parallel) on the pair's group of two.
+            [
+                "-e",
+                json.dumps(
+                    {
+                        "vllm_server_models": [
+                            {
+                                "recipe": "qwen3-0.6b",
+                                "port": 8000,
+                                "tensor_parallel_size": 2,
+                                "pipeline_parallel_size": 2,
+                            }
+                        ]
+                    }
+                ),
+            ],
+            "its group fleet_pair holds 2 Sparks: give the model tensor_parallel_size x pipeline_parallel_size = 2, "
+            "or serve it on a group of 4.",
+        ),
     ],
-    ids=["no-tag", "open-endpoint-without-key", "model-too-big"],
+    ids=["no-tag", "open-endpoint-without-key", "model-too-big", "model-for-a-group-of-four-on-a-pair"],
 )
 def test_bad_input_stops_in_preflight_with_every_host_as_it_was(extra, message):
     before = fleet_state()
