@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import safetensors_header
-from helpers import hf_standin
+from helpers import hf_standin, wait_until
 from hf_model_measure import measure
 from kv_cache_pages import mamba_state_bytes
 from model_config_figures import (
@@ -441,6 +441,13 @@ def test_only_the_headers_of_the_loaded_weight_files_are_read(run_module, hub):
 
     result = figures(run_module, hub, model.repo_id)
 
+    # The stand-in counts a response's bytes once its handler has written them all, which can be after the client
+    # has read them: wait for the count to reach what the module read, then hold it to the exact figures.
+    wait_until(
+        lambda: hf_standin.stats(url)["bytes_served_total"] >= result["bytes_read"],
+        "the stand-in Hub counting the bytes it served",
+        seconds=60,
+    )
     stats = hf_standin.stats(url)
     served = stats["bytes_served"]
     for name in model.shards:
