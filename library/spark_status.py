@@ -11,6 +11,9 @@ description:
   - Reads each vLLM unit's last good configuration and start in O(config_dir) (what the health gate keeps), the
     unit's state from systemd, MemTotal and MemAvailable from C(/proc/meminfo), and the GPU metrics collector's
     file O(gpu_metrics_file) (temperature, SM clock, power, the clock-event reasons that hold, the reading's age).
+  - Reads what the vLLM guard kept of each unit between runs (C(<name>.exits.json) beside its last good files -
+    unplanned exits with their exit, OOM kill, MemAvailable and last log lines, refused starts, failures for good)
+    and systemd's restart count.
   - Returns them, and RV(lines), the status a person reads (module_utils/spark_status.py).
   - Never changes anything, never asks a model anything.
 version_added: "0.4.0"
@@ -45,7 +48,8 @@ EXAMPLES = r"""
 RETURN = r"""
 models:
   description: Each model - served, port, unit, state (systemd's ActiveState/SubState), gpu_memory_utilization,
-    started_at and healthy_after_s of its last good start.
+    started_at and healthy_after_s of its last good start, and C(guard) (what the vLLM guard kept between runs -
+    restarts, unplanned_exits, oom_kills, refused_starts, failures, last_event).
   returned: always
   type: list
   elements: dict
@@ -70,7 +74,8 @@ import os
 from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_status import gpu, line, meminfo, model
+from ansible.module_utils.spark_status import gpu, guard_events, line, meminfo, model
+from ansible.module_utils.vllm_guard import EXITS_SUFFIX
 
 LAST_GOOD = ".last-good.json"
 
@@ -82,10 +87,13 @@ def read(path: Path) -> str | None:
         return None
 
 
-def unit_state(module: AnsibleModule, unit: str) -> str:
-    rc, out, _ = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState", "--value"])
-    states = out.split()
-    return "/".join(states) if rc == 0 and states else "unknown"
+def unit_state(module: AnsibleModule, unit: str) -> tuple[str, int]:
+    """ActiveState/SubState of the unit, and systemd's automatic restarts since its last start by hand."""
+    rc, out, _ = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
+    shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    states = [shown[key] for key in ("ActiveState", "SubState") if shown.get(key)]
+    restarts = int(shown["NRestarts"]) if shown.get("NRestarts", "").isdigit() else 0
+    return ("/".join(states) if states else "unknown"), restarts
 
 
 def main() -> None:
@@ -115,7 +123,13 @@ def main() -> None:
             startup = json.loads(read(startup_path) or "null")
         except ValueError:
             startup = None
-        models.append(model(last_good, startup, unit_state(module, str(last_good.get("unit", "")))))
+        exits_path = path.with_name(path.name.removesuffix(LAST_GOOD) + EXITS_SUFFIX)
+        try:
+            exits = json.loads(read(exits_path) or "null")
+        except ValueError:
+            exits = None
+        state, restarts = unit_state(module, str(last_good.get("unit", "")))
+        models.append(model(last_good, startup, state, guard_events(exits, restarts)))
     memory = meminfo(read(Path("/proc/meminfo")) or "")
     gpu_found = gpu(read(Path(params["gpu_metrics_file"])))
     module.exit_json(

@@ -11,8 +11,9 @@ description:
   - Sends one C(GET /health) to O(url) and reads the state of O(unit) from systemd.
   - Meant for a retry loop (C(until) on C(healthy) or C(crashed)). Each retry is one heartbeat line while a
     Spark loads weights for minutes, and a crash ends the wait at once instead of at the timeout.
-  - C(crashed) is true when the unit failed or is waiting to be restarted after a failure (probe more often
-    than the unit's C(RestartSec) to see it); C(journal) then holds its last log lines.
+  - C(crashed) is true when the unit failed, is waiting to be restarted after a failure (probe more often
+    than the unit's C(RestartSec) to see it), or is not running at all (the guard refused its start - its memory
+    check is the unit's C(ExecCondition)); C(journal) then holds its last log lines.
   - Read-only; never reports a change.
 version_added: "0.1.0"
 author: sparkfleet
@@ -61,7 +62,7 @@ status:
   returned: always
   type: int
 crashed:
-  description: The unit failed, or crashed and waits to be restarted.
+  description: The unit failed, crashed and waits to be restarted, or is not running (the guard refused its start).
   returned: always
   type: bool
 active_state:
@@ -124,7 +125,8 @@ def main() -> None:
     state = unit_state(module, params["unit"])
     restarts = int(state.get("NRestarts") or 0)
     # NRestarts survives a manual restart, so it cannot tell a new crash from an old one; the states can.
-    crashed = state.get("ActiveState") == "failed" or state.get("SubState") == "auto-restart"
+    # Inactive after a start: the guard refused it (module_utils/vllm_guard.py: ExecCondition), or it stopped.
+    crashed = state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart"
     journal: list[str] = []
     if crashed:
         argv = ["journalctl", "--unit", params["unit"], "--lines", str(params["journal_lines"]), "--output", "cat"]

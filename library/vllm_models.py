@@ -116,6 +116,29 @@ options:
     description: The inventory variable O(models) came from, for messages.
     type: str
     default: vllm_server_models
+  guard:
+    description:
+      - The settings of the guard that checks every start of the units between runs (module_utils/vllm_guard.py),
+        returned in RV(guard.config) for the host's configuration file.
+    type: dict
+    default: {}
+    suboptions:
+      margin_gib:
+        description: Memory that must stay free after a unit took its share, in GiB (vllm_server_start_margin_gib).
+        type: float
+        default: 3.0
+      drop_caches:
+        description: Whether the page cache is dropped before each check (vllm_server_drop_caches).
+        type: bool
+        default: true
+      memory_wait_s:
+        description: How long a start waits for the memory to come back before it is refused, in seconds.
+        type: int
+        default: 180
+      queue_wait_s:
+        description: How long a start waits for the other models of the host that are still loading, in seconds.
+        type: int
+        default: 2400
 """
 
 EXAMPLES = r"""
@@ -134,6 +157,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+guard:
+  description:
+    - Where the guard lives on the host (C(dir), C(command), C(files), C(failed_unit), C(config_name),
+      C(metrics_file)) and C(config), the host's guard configuration (the units in their start order, each with
+      its planned share, exits file and health URL).
+  returned: success
+  type: dict
 models:
   description: One entry per served model, in the order of O(models).
   returned: success
@@ -207,7 +237,7 @@ notes:
 
 from pathlib import Path
 
-from ansible.module_utils import key_guard, profiles, topology
+from ansible.module_utils import key_guard, profiles, topology, vllm_guard
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.memory_plan import host_plan
 from ansible.module_utils.model_lock import measured_architecture
@@ -305,6 +335,16 @@ def main() -> None:
             "revisions": {"type": "dict", "default": {}},
             "figures": {"type": "dict", "default": {}},
             "name": {"type": "str", "default": "vllm_server_models"},
+            "guard": {
+                "type": "dict",
+                "default": {},
+                "options": {
+                    "margin_gib": {"type": "float", "default": 3.0},
+                    "drop_caches": {"type": "bool", "default": True},
+                    "memory_wait_s": {"type": "int", "default": 180},
+                    "queue_wait_s": {"type": "int", "default": 2400},
+                },
+            },
         },
         supports_check_mode=True,
     )
@@ -371,6 +411,9 @@ def main() -> None:
         else {},
         "memory": {key: value for key, value in memory.items() if key != "results"},
         "notes": notes,
+        # The guard every start between runs goes through (module_utils/vllm_guard.py): where it lives on the
+        # host, and its configuration there (the models in their start order, with their planned shares).
+        "guard": {**vllm_guard.paths(), "config": vllm_guard.host_config(models, params["guard"], params["name"])},
     }
     if not memory["fits"]:
         message = ". ".join(memory["reasons"]) + "."

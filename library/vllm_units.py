@@ -60,7 +60,8 @@ RETURN = r"""
 units:
   description:
     - Each model with C(restart), C(action) (V(restarted), V(started) or V(none)), C(why),
-      C(daemon_reload), C(with_partner), C(enable) (enable at boot without a restart), C(unit_existed), C(running).
+      C(daemon_reload), C(with_partner), C(enable) (enable at boot without a restart), C(unit_existed), C(running),
+      C(failed) (failed for good, its restart budget spent).
   returned: always
   type: list
   elements: dict

@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ansible.module_utils.kv_cache_pages import CacheGroups, CacheLayers, cache_groups, mamba_state_bytes
+from ansible.module_utils.memory_units import GIB, gib_text, hundredths
 from ansible.module_utils.model_config_figures import (
     MLA_STATE_BYTES,
     AttentionLayout,
@@ -62,8 +63,6 @@ from ansible.module_utils.recipe_rules import (
     whole_number,
 )
 from ansible.module_utils.speculative import draft_figures
-
-GIB = 2**30
 
 # vLLM 0.33's max_num_batched_tokens when the recipe does not set --max-num-batched-tokens: 2048 for the API
 # server on a GB10 (engine/arg_utils.py, "small tier"). With async scheduling (on by default in 0.33) two batches
@@ -454,12 +453,6 @@ def utilization_is_safe(inputs: PlanInputs, utilization: float) -> bool:
     )
 
 
-def hundredths(value: float, up: bool) -> float:
-    """`value` rounded up or down to 0.01, ignoring float noise below a millionth of a step."""
-    steps = round(value * 100, 6)
-    return (math.ceil(steps) if up else math.floor(steps)) / 100
-
-
 def largest_safe_utilization(inputs: PlanInputs) -> float | None:
     """The largest gpu_memory_utilization (a multiple of 0.01) within max_gpu_memory_utilization that leaves
     os_reserve_min_gib; None when even 0.01 leaves too little."""
@@ -496,11 +489,6 @@ def safe_utilization_holding(inputs: PlanInputs, tokens: int) -> float | None:
 
 # ---------------------------------------------------------------------------------------------------------------
 # Refusals, each naming the variable and a value that works
-
-
-def gib_text(value: float) -> str:
-    """Bytes as GiB for a message: '12.3 GiB'."""
-    return f"{value / GIB:,.1f} GiB"
 
 
 def _safety_reason(inputs: PlanInputs, safe: float | None) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils import key_guard, model_kinds, parallel_layout, speculative
+from ansible.module_utils import key_guard, model_kinds, parallel_layout, speculative, vllm_guard
 from ansible.module_utils.hf_snapshot import snapshot_folder
 from ansible.module_utils.input_rules import is_loopback_host, is_wildcard
 
@@ -130,6 +130,8 @@ def resolve_model(
         "container": f"vllm-{slug}",
         "secrets_file": f"{config_dir}/{slug}.secrets.env",
         "last_good": f"{config_dir}/{slug}.last-good",
+        # Its unplanned exits, refused starts and failures, kept by the guard (module_utils/vllm_guard.py).
+        "exits": f"{config_dir}/{slug}{vllm_guard.EXITS_SUFFIX}",
         "port": port,
         "url": endpoint_url(listen_address, port),
         # The recipe's own image; "" runs the host's default (vllm_server_image, else the image vllm_image pinned).
@@ -148,13 +150,27 @@ def resolve_model(
         "serve_args": serve_args + (pair_args(fabric, nodes) if paired else []) + guard["serve_args"],
         # The shell line's setup before `exec vllm serve` (the key guard's PYTHONPATH, when the server has a key).
         "shell_setup": guard["shell_setup"],
-        "env": {**env, **(fabric.get("env", {}) if paired else {})},
+        # A group's sockets on its fabric (spark_fabric_node); a single Spark's on loopback (LOOPBACK_ENV).
+        "env": {**env, **(fabric.get("env", {}) if paired else LOOPBACK_ENV)},
         # The fabric's container arguments (RDMA devices where the host has them: spark_fabric_node).
         "docker_args": list(fabric.get("docker_args", [])) if paired else [],
         # A pair's own read-only mounts (the host's NCCL, when it loads that: spark_fabric_node).
         # The key guard's folder, when the server has a key (module_utils/key_guard.py).
         "volumes": volumes(data_dir) + (list(fabric.get("mounts", [])) if paired else []) + guard["volumes"],
     }
+
+
+# A single Spark's engine binds every internal listener to loopback: vLLM pins its torch.distributed groups (one
+# TCPStore and gloo pairs for each group, even with one process per group) to VLLM_HOST_IP, which it otherwise
+# guesses from the default route (utils/network_utils.py get_ip), and gloo, NCCL and TensorPipe pick their
+# interface from these variables. Without them a Spark's VLLM::Worker listens on its LAN address, unauthenticated.
+# The API alone follows vllm_server_listen_address. docs/security.md lists every listener.
+LOOPBACK_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "GLOO_SOCKET_IFNAME": "lo",
+    "NCCL_SOCKET_IFNAME": "lo",
+    "TP_SOCKET_IFNAME": "lo",
+}
 
 
 def _model_snapshots(recipe: dict) -> list[dict]:

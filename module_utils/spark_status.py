@@ -3,7 +3,9 @@ what the plan reserves, the GPU's temperature, clock and throttling, each model'
 from what the roles leave on the Spark; nothing is changed or asked of a model.
 
 - The models: each vLLM unit's last good configuration (<config_dir>/<name>.last-good.json, written by the health
-  gate: served name, port, unit, its gpu_memory_utilization) and its last good start (<name>.last-good.startup.json).
+  gate: served name, port, unit, its gpu_memory_utilization), its last good start (<name>.last-good.startup.json),
+  and what the guard kept between runs (<name>.exits.json: unplanned exits, refused starts, failures for good; with
+  systemd's restart count).
 - The memory: /proc/meminfo's MemTotal and MemAvailable; reserved is the sum of the models' shares of MemTotal.
 - The GPU: the GPU metrics collector's textfile (fleet_monitoring_gpu_metrics), read as Prometheus text.
 """
@@ -72,10 +74,43 @@ def running(entry: Mapping) -> bool:
     return str(entry.get("state", "")).startswith(("active", "activating", "reloading"))
 
 
-def model(last_good: Mapping, startup: Mapping | None, state: str) -> dict:
-    """One model: served name, port, unit, its state and share, its last good start."""
+def guard_events(exits: Mapping | None, restarts: int) -> dict:
+    """What the guard kept of a unit between runs (module_utils/vllm_guard.py: its exits file): the restarts systemd
+    made since its last start by hand, the counts, and the newest record."""
+    exits = exits or {}
+    records = exits.get("records") or []
+    return {
+        "restarts": restarts,
+        "unplanned_exits": int(exits.get("unplanned_exits_total") or 0),
+        "oom_kills": int(exits.get("oom_kills_total") or 0),
+        "refused_starts": int(exits.get("refused_starts_total") or 0),
+        "failures": int(exits.get("failures_total") or 0),
+        "last_event": records[-1] if records else None,
+    }
+
+
+def event_text(event: Mapping) -> str:
+    """The newest record of a unit, as a person reads it."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(event.get("timestamp", 0)))
+    if event.get("kind") == "exit":
+        parts = [event.get("exit", "?")]
+        if event.get("oom_kill"):
+            parts.append("OOM kill")
+        parts.append(f"{event.get('mem_available_gib', 0):g} GiB available")
+        last = [text for text in event.get("last_lines") or [] if text.strip()]
+        if last:
+            parts.append(f"last line: {last[-1].strip()[:160]}")
+        return f"last unplanned exit {when}: " + ", ".join(parts)
+    if event.get("kind") == "refused":
+        return f"start refused {when}: " + str(event.get("reason", "")).removeprefix("sparkfleet-vllm-guard: ")[:240]
+    return f"{when}: " + str(event.get("reason", "failed"))
+
+
+def model(last_good: Mapping, startup: Mapping | None, state: str, events: Mapping | None = None) -> dict:
+    """One model: served name, port, unit, its state and share, its last good start, the guard's records."""
     last = (startup or {}).get("last") or {}
     return {
+        "guard": dict(events or guard_events(None, 0)),
         "served": last_good.get("served", "?"),
         "port": last_good.get("port"),
         "unit": last_good.get("unit", "?"),
@@ -120,4 +155,19 @@ def line(host: str, models: list[dict], memory: Mapping[str, int], gpu_found: Ma
         )
         share = f"{entry['gpu_memory_utilization']:.2f} of the pool" if running(entry) else "not running, not counted"
         lines.append(f"  {entry['served']} on port {entry['port']}: {entry['state']} ({entry['unit']}), {share}{start}")
+        events = entry.get("guard") or {}
+        counts = [
+            f"{events.get(key, 0)} {what}"
+            for key, what in (
+                ("restarts", "restarts since its last start by hand"),
+                ("unplanned_exits", "unplanned exits"),
+                ("oom_kills", "OOM kills"),
+                ("refused_starts", "refused starts"),
+                ("failures", "failures for good"),
+            )
+            if events.get(key)
+        ]
+        if counts:
+            newest = f"; {event_text(events['last_event'])}" if events.get("last_event") else ""
+            lines.append(f"    between runs: {', '.join(counts)}{newest}")
     return lines

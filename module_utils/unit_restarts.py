@@ -167,7 +167,14 @@ def decide(
     none), why, whether systemd reloads its files first (daemon_reload), whether it restarts only because its pair
     partner does (with_partner), and whether it only needs enabling at boot (enable)."""
     unit = model["unit"]
-    base = {"unit_existed": state["existed"], "running": state["running"], "with_partner": False, "enable": False}
+    base = {
+        "unit_existed": state["existed"],
+        "running": state["running"],
+        # Failed for good (its restart budget spent): the run gives it a new budget before it starts it.
+        "failed": state["failed"],
+        "with_partner": False,
+        "enable": False,
+    }
     if written:
         changes = changes_since(last_good, model)
         if last_good is None:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ansible.module_utils.memory_plan import GIB, gib_text, hundredths
+from ansible.module_utils.memory_units import GIB, gib_text, hundredths
 
 UTILIZATION_FLAG = "--gpu-memory-utilization"
 

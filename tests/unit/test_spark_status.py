@@ -58,3 +58,38 @@ def test_an_unreadable_folder_of_last_good_files_fails_naming_become(run_module,
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     done = run_module("spark_status", {"host": "h", "config_dir": str(tmp_path)})
     assert done["failed"] and "run with become (-b)" in done["msg"]
+
+
+def test_what_the_guard_kept_between_runs_is_shown_under_its_model(run_module, tmp_path):
+    (tmp_path / "m.last-good.json").write_text(json.dumps({"served": "m", "port": 8000, "unit": "vllm-m.service"}))
+    exits = {
+        "unit": "vllm-m.service",
+        "unplanned_exits_total": 3,
+        "oom_kills_total": 1,
+        "refused_starts_total": 0,
+        "failures_total": 0,
+        "records": [
+            {
+                "kind": "exit",
+                "timestamp": 1796653682,
+                "exit": "status 137",
+                "oom_kill": True,
+                "mem_available_gib": 2.5,
+                "last_lines": ["torch.OutOfMemoryError: CUDA out of memory", ""],
+            }
+        ],
+    }
+    (tmp_path / "m.exits.json").write_text(json.dumps(exits))
+    done = run_module("spark_status", {"host": "h", "config_dir": str(tmp_path)})
+    assert done["models"][0]["guard"]["unplanned_exits"] == 3
+    assert done["lines"][-1] == (
+        "    between runs: 3 unplanned exits, 1 OOM kills; last unplanned exit 2026-12-07 14:28 UTC: status 137, "
+        "OOM kill, 2.5 GiB available, last line: torch.OutOfMemoryError: CUDA out of memory"
+    )
+
+
+def test_a_refused_start_is_shown_with_its_reason():
+    from spark_status import event_text
+
+    event = {"kind": "refused", "timestamp": 0, "reason": "sparkfleet-vllm-guard: refused to start vllm-m.service: x"}
+    assert event_text(event) == "start refused 1970-01-01 00:00 UTC: refused to start vllm-m.service: x"

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from helpers import ROOT
 from recipe_rules import container_env, serve_args
-from served_models import endpoint_url, is_loopback, unit_slug, url_host
+from served_models import LOOPBACK_ENV, endpoint_url, is_loopback, unit_slug, url_host
 from vllm_flags import load_flag_list
 
 RECIPES_DIR = ROOT / "recipes"
@@ -77,7 +77,9 @@ def test_one_model_is_resolved_into_everything_the_roles_read(run_module):
     assert recipe["max_num_seqs"] == 2  # the entry's override, laid over the recipe
     flags = load_flag_list(RECIPES_DIR / "vllm-serve-flags.txt")
     assert model["serve_args"] == serve_args(recipe, flags)
-    assert model["env"] == container_env(recipe)
+    # A single Spark's internal listeners on loopback (served_models.LOOPBACK_ENV), after the recipe's own.
+    assert model["env"] == {**container_env(recipe), **LOOPBACK_ENV}
+    assert model["env"]["VLLM_HOST_IP"] == "127.0.0.1" and model["env"]["GLOO_SOCKET_IFNAME"] == "lo"
     assert model["unit"] == "vllm-qwen3-0.6b.service"
     assert model["container"] == "vllm-qwen3-0.6b"
     assert model["secrets_file"] == "/etc/sparkfleet/vllm/qwen3-0.6b.secrets.env"

@@ -175,6 +175,26 @@ def test_metrics_expose_the_kv_cache_usage(host):
     assert re.search(rf'^vllm:kv_cache_usage_perc{{(?=[^}}]*engine="0")(?=[^}}]*model_name="{SERVED}")', metrics, re.M)
 
 
+def test_every_listener_of_the_served_engine_is_on_loopback(host):
+    """docs/security.md's table: the API on vllm_server_listen_address (127.0.0.1 here), and vLLM's internal
+    listeners (its torch.distributed groups: a TCPStore and gloo's pairs, VLLM::Worker) on loopback too, never on the
+    Spark's network address (served_models.LOOPBACK_ENV)."""
+    pids = set(host.check_output(f"docker top {CONTAINER} -eo pid").split()[1:])
+    listeners = []
+    for line in host.check_output("ss -ltnpH").splitlines():
+        fields = line.split()
+        owners = set(re.findall(r"pid=(\d+)", line))
+        if owners & pids:
+            listeners.append((fields[3], re.findall(r'"([^"]+)"', line)))
+    assert any(address == "127.0.0.1:8000" for address, _ in listeners), listeners
+    # The real engine opens its process groups' listeners even for one CPU worker.
+    assert len(listeners) > 1, listeners
+    beyond = [(address, names) for address, names in listeners if not address.startswith(("127.0.0.1:", "[::1]:"))]
+    assert beyond == [], f"listening beyond loopback: {beyond}"
+    env = json.loads(host.check_output(f"docker inspect --format '{{{{json .Config.Env}}}}' {CONTAINER}"))
+    assert "VLLM_HOST_IP=127.0.0.1" in env and "GLOO_SOCKET_IFNAME=lo" in env
+
+
 def test_the_secrets_live_only_in_the_root_only_file(host, secrets):
     secrets_file = host.file(SECRETS_FILE)
     assert secrets_file.user == "root"

@@ -1,0 +1,495 @@
+"""The vLLM guard: what systemd does to a Spark's vLLM units between Ansible runs goes through the rules of a run.
+
+An Ansible run checks the memory before it starts a unit (module_utils/vllm_start_check.py) and holds every start to
+the health gate. Between runs systemd starts the units alone: at boot, and after a crash (Restart=). The guard is
+the part of those starts that sparkfleet owns. The vllm_server role ships this file to the Spark with the files it
+imports (GUARD_FILES, under GUARD_DIR, roles/vllm_server/tasks/guard.yml) and a small entry script, and each vLLM
+unit calls it (roles/vllm_server/templates/etc/systemd/system/vllm.service.j2):
+
+  ExecCondition=  sparkfleet-vllm-guard start UNIT     the memory check before every start (start_decision)
+  ExecStop=       sparkfleet-vllm-guard stopping UNIT  marks a stop that was asked for, so it is not a crash
+  ExecStopPost=   sparkfleet-vllm-guard exited UNIT    records an exit nobody asked for (exit_record)
+  OnFailure=      sparkfleet-vllm-failed@UNIT.service  runs `sparkfleet-vllm-guard failed UNIT`: the unit failed for
+                                                       good (its restart budget spent, StartLimitBurst)
+
+The start check is the same rule as Ansible's (vllm_start_check.start_check), on the host's configuration file
+(CONFIG_FILE, written by the role: the units in their start order with their planned shares, the margin, the waits):
+the units of this Spark that are still loading (their container runs, their /health does not answer 200 yet) take
+their whole share first, so at boot the models start one after another, each checked; the start waits up to
+memory_wait_s for MemAvailable to come back (after a crash a dying container gives its memory back over seconds),
+dropping the page cache as the unit does; and a start that does not fit is refused with one journal line. It is an
+ExecCondition, so a refusal leaves the unit inactive and is never restarted: no loop (a failed ExecStartPre would be
+restarted by Restart=on-failure, whatever RestartPreventExitStatus says, which only reads the main process).
+
+Every unplanned exit is kept (bounded, RECORDS_KEPT by default) in the unit's exits file beside its last good files:
+exit code or signal, an OOM kill, the container's own state, the last log lines, MemAvailable at that moment and
+the restart count; refused starts and failures for good too. The counters of every unit are written as node_exporter
+textfile metrics (METRICS_FILE), which the fleet_monitoring role alerts on, and status.yml shows the records.
+
+Standard library only (with the other GUARD_FILES): DGX OS's own python3 runs it, without Ansible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ansible.module_utils.atomic_file import write_text_atomically
+from ansible.module_utils.memory_units import GIB
+from ansible.module_utils.startup_times import TEXTFILE_DIR
+from ansible.module_utils.vllm_start_check import StartUnit, mem_free_bytes, start_check
+
+# Where the role puts the guard on a Spark, and what it ships there: this file and what it imports, each under
+# ansible/module_utils/ so that their imports work unchanged (the entry script puts GUARD_DIR first on sys.path).
+GUARD_DIR = "/usr/local/lib/sparkfleet/vllm-guard"
+GUARD_FILES = ("vllm_guard.py", "vllm_start_check.py", "memory_units.py", "atomic_file.py", "startup_times.py")
+GUARD_COMMAND = f"{GUARD_DIR}/sparkfleet-vllm-guard"
+# The OnFailure= template unit that reports a unit failed for good.
+FAILED_UNIT = "sparkfleet-vllm-failed@.service"
+# The host's configuration of the guard (the role writes it, root only, in vllm_server_config_dir).
+CONFIG_NAME = "guard.json"
+# The unit's exits file: <config_dir>/<slug> + EXITS_SUFFIX, beside <slug>.last-good.json.
+EXITS_SUFFIX = ".exits.json"
+RECORDS_KEPT = 20
+LOG_LINES = 20
+# Runtime markers (a stop that was asked for), gone at reboot.
+STATE_DIR = "/run/sparkfleet/vllm-guard"
+METRICS_FILE = f"{TEXTFILE_DIR}/sparkfleet-vllm-guard.prom"
+METRIC_PREFIX = "sparkfleet_vllm_unit"
+# ExecCondition: 1-254 skips the start without a failure (and without a restart); 255 would fail it.
+REFUSED = 1
+
+CONFIG_KEYS = {"margin_gib", "drop_caches", "memory_wait_s", "queue_wait_s", "poll_s", "records_kept", "units"}
+UNIT_KEYS = {"unit", "name", "served", "share", "container", "exits", "health_url"}
+SHOWN = ("Id", "ActiveState", "SubState", "Result", "NRestarts")
+
+
+def paths() -> dict[str, Any]:
+    """Where the guard lives on a Spark, for the role (vllm_models returns it as vllm_server_resolved.guard)."""
+    return {
+        "dir": GUARD_DIR,
+        "command": GUARD_COMMAND,
+        "files": list(GUARD_FILES),
+        "failed_unit": FAILED_UNIT,
+        "config_name": CONFIG_NAME,
+        "metrics_file": METRICS_FILE,
+    }
+
+
+def host_config(models: list[Mapping[str, Any]], settings: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The host's guard configuration (CONFIG_NAME): `settings` (margin_gib, drop_caches, memory_wait_s,
+    queue_wait_s) and the served models in their start order (`name`, the inventory list: vllm_server_models),
+    each with its planned share."""
+    config = {key: settings[key] for key in ("margin_gib", "drop_caches", "memory_wait_s", "queue_wait_s")}
+    config["poll_s"] = 5
+    config["records_kept"] = RECORDS_KEPT
+    config["units"] = [
+        {
+            "unit": model["unit"],
+            "name": f"{name}[{index}]",
+            "served": model["served"],
+            "share": float(model["gpu_memory_utilization"]),
+            "container": model["container"],
+            "exits": model["exits"],
+            "health_url": f"{model['url']}/health" if model["api"] else "",
+        }
+        for index, model in enumerate(models)
+    ]
+    return parse_config(json.dumps(config))
+
+
+class GuardError(Exception):
+    """A configuration the guard cannot work with; the start is refused with this message."""
+
+
+def parse_config(text: str) -> dict[str, Any]:
+    """The host's guard configuration (CONFIG_NAME), checked: every key known, the units a list of mappings."""
+    try:
+        config = json.loads(text)
+    except ValueError as error:
+        raise GuardError(f"the guard's configuration is not JSON: {error}") from error
+    if not isinstance(config, Mapping) or set(config) != CONFIG_KEYS:
+        raise GuardError(f"the guard's configuration must hold exactly {', '.join(sorted(CONFIG_KEYS))}")
+    for entry in config["units"]:
+        if not isinstance(entry, Mapping) or set(entry) != UNIT_KEYS:
+            raise GuardError(f"each unit of the guard's configuration must hold exactly {', '.join(sorted(UNIT_KEYS))}")
+    return dict(config)
+
+
+def unit_entry(config: Mapping[str, Any], unit: str) -> dict[str, Any]:
+    for entry in config["units"]:
+        if entry["unit"] == unit:
+            return dict(entry)
+    raise GuardError(f"{unit} is not in the guard's configuration (run the serving stage again)")
+
+
+def parse_show(text: str) -> dict[str, dict[str, str]]:
+    """`systemctl show --property=Id,... UNIT...` output (one block per unit, blank lines between), by unit."""
+    found: dict[str, dict[str, str]] = {}
+    block: dict[str, str] = {}
+    for line in [*text.splitlines(), ""]:
+        if not line.strip():
+            if block.get("Id"):
+                found[block["Id"]] = block
+            block = {}
+            continue
+        key, _, value = line.partition("=")
+        block[key] = value
+    return found
+
+
+def loading(entry: Mapping[str, Any], shown: Mapping[str, str], health: Callable[[str], int | None]) -> bool:
+    """Whether another unit of this Spark is loading: its container runs and its /health does not answer 200 yet,
+    so it has not taken its whole share of the pool. A unit without an API (a group's worker) is seen at its head."""
+    if shown.get("SubState") != "running" or not entry["health_url"]:
+        return False
+    return health(entry["health_url"]) != 200
+
+
+def start_units(config: Mapping[str, Any], unit: str, still_loading: list[str]) -> list[StartUnit]:
+    """The steps of the start check: the units still loading take their shares first, then this one."""
+    steps = [
+        StartUnit(name=entry["name"], unit=entry["unit"], gpu_memory_utilization=float(entry["share"]))
+        for entry in config["units"]
+        if entry["unit"] in still_loading
+    ]
+    entry = unit_entry(config, unit)
+    steps.append(StartUnit(name=entry["name"], unit=unit, gpu_memory_utilization=float(entry["share"])))
+    return steps
+
+
+def meminfo_figures(text: str) -> dict[str, int]:
+    """MemTotal, MemAvailable and MemFree of /proc/meminfo, in bytes, as start_check reads them."""
+    figures = {"mem_free_bytes": mem_free_bytes(text)}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable") and rest.split():
+            figures[{"MemTotal": "mem_total_bytes", "MemAvailable": "mem_available_bytes"}[key]] = (
+                int(rest.split()[0]) * 1024
+            )
+    if len(figures) != 3:
+        raise GuardError("/proc/meminfo lacks MemTotal or MemAvailable")
+    return figures
+
+
+class Host:
+    """What the guard reads and does on the Spark; tests give it another meminfo, clock, systemd and HTTP."""
+
+    def __init__(self, config_dir: str) -> None:
+        self.config_dir = config_dir
+
+    def config(self) -> dict[str, Any]:
+        path = os.path.join(self.config_dir, CONFIG_NAME)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return parse_config(handle.read())
+        except OSError as error:
+            raise GuardError(f"cannot read the guard's configuration {path}: {error}") from error
+
+    def meminfo(self) -> str:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            return handle.read()
+
+    def drop_caches(self) -> None:
+        """sync, then drop the page cache; a host that forbids it (a container) is tolerated, as the unit allows."""
+        os.sync()
+        with contextlib.suppress(OSError), open("/proc/sys/vm/drop_caches", "w", encoding="ascii") as knob:
+            knob.write("3\n")
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def run(self, argv: list[str], timeout: float = 30) -> str:
+        import subprocess
+
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return done.stdout if done.returncode == 0 else ""
+
+    def show(self, units: list[str]) -> dict[str, dict[str, str]]:
+        if not units:
+            return {}
+        return parse_show(self.run(["systemctl", "show", "--property=" + ",".join(SHOWN), "--", *units]))
+
+    def health(self, url: str) -> int | None:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+        except (OSError, ValueError):
+            return None
+
+    def container_state(self, container: str) -> dict[str, Any]:
+        """docker inspect's State of the unit's container (kept until ExecStopPost removes it), {} when gone."""
+        text = self.run(["docker", "inspect", "--format", "{{json .State}}", "--", container])
+        try:
+            state = json.loads(text) if text.strip() else {}
+        except ValueError:
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    def last_lines(self, unit: str, container: str, count: int = LOG_LINES) -> list[str]:
+        """The container's last log lines (vLLM's own traceback), else the unit's journal."""
+        text = self.run(["docker", "logs", "--tail", str(count), "--", container])
+        if not text.strip():
+            text = self.run(["journalctl", "--unit", unit, "--lines", str(count), "--output", "cat", "--no-pager"])
+        return text.splitlines()[-count:]
+
+
+def start_decision(host: Host, unit: str) -> tuple[int, str]:
+    """ExecCondition of a unit: (0, the line saying the start fits) or (REFUSED, the reason, one line)."""
+    config = host.config()
+    entry = unit_entry(config, unit)
+    others = [other for other in config["units"] if other["unit"] != unit]
+    deadline = host.now() + float(config["queue_wait_s"])
+    waited_for: list[str] = []
+    while True:
+        shown = host.show([other["unit"] for other in others])
+        still = [other["unit"] for other in others if loading(other, shown.get(other["unit"], {}), host.health)]
+        waited_for = sorted(set(waited_for) | set(still))
+        if not still or host.now() >= deadline:
+            break
+        host.sleep(float(config["poll_s"]))
+    deadline = host.now() + float(config["memory_wait_s"])
+    while True:
+        if config["drop_caches"]:
+            host.drop_caches()
+        check = start_check(
+            meminfo_figures(host.meminfo()),
+            start_units(config, unit, still),
+            margin_gib=float(config["margin_gib"]),
+            use_available=bool(config["drop_caches"]),
+        )
+        if check.fits or host.now() >= deadline:
+            break
+        host.sleep(float(config["poll_s"]))
+    after = f" after {', '.join(waited_for)} loaded" if waited_for and not still else ""
+    if check.fits:
+        loaded = f", {', '.join(still)} still loading counted at their shares" if still else ""
+        return 0, (
+            f"sparkfleet-vllm-guard: {unit} may start{after}: {check.free_bytes / GIB:,.1f} GiB free "
+            f"({check.free_source}) for {check.needed_bytes / GIB:,.1f} GiB of shares + "
+            f"{check.margin_bytes / GIB:,.1f} GiB margin{loaded}"
+        )
+    waited = f" (waited {config['memory_wait_s']} s for memory to come back)"
+    return REFUSED, f"sparkfleet-vllm-guard: refused to start {unit} ({entry['served']}){waited}: {check.reasons[0]}"
+
+
+def exits_document(text: str | None, unit: str) -> dict[str, Any]:
+    """A unit's exits file, or a new one: counters and the last records."""
+    try:
+        document = json.loads(text) if text else None
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list):
+        document = {"unit": unit, "records": []}
+    for counter in ("unplanned_exits_total", "oom_kills_total", "refused_starts_total", "failures_total"):
+        document[counter] = int(document.get(counter) or 0)
+    return document
+
+
+def add_record(document: dict[str, Any], record: Mapping[str, Any], kept: int) -> dict[str, Any]:
+    """The document with one record more (the newest last, at most `kept`) and its counters moved."""
+    kind = record["kind"]
+    counter = {"exit": "unplanned_exits_total", "refused": "refused_starts_total", "failed": "failures_total"}[kind]
+    document[counter] += 1
+    if record.get("oom_kill"):
+        document["oom_kills_total"] += 1
+    document["records"] = [*document["records"], dict(record)][-max(1, kept) :]
+    return document
+
+
+def exit_record(
+    env: Mapping[str, str], container: Mapping[str, Any], memory: Mapping[str, int], shown: Mapping[str, str]
+) -> dict[str, Any]:
+    """What an unplanned exit leaves: systemd's view ($SERVICE_RESULT, $EXIT_CODE, $EXIT_STATUS of ExecStopPost),
+    the container's (docker's State: its exit code, OOMKilled, error), MemAvailable now and the restarts so far."""
+    result = env.get("SERVICE_RESULT", "")
+    oom = result == "oom-kill" or bool(container.get("OOMKilled"))
+    how = env.get("EXIT_CODE", "")
+    status = env.get("EXIT_STATUS", "")
+    return {
+        "kind": "exit",
+        "service_result": result,
+        "exit": f"signal {status}" if how in ("killed", "dumped") else f"status {status}",
+        "container_exit_code": container.get("ExitCode"),
+        "container_error": container.get("Error") or "",
+        "oom_kill": oom,
+        "mem_available_gib": round(memory.get("mem_available_bytes", 0) / GIB, 2),
+        "restarts": int(shown.get("NRestarts") or 0),
+    }
+
+
+def metrics_text(config: Mapping[str, Any], documents: Mapping[str, Mapping], shown: Mapping, now: float) -> str:
+    """The textfile metrics of every unit of the host: counters from their exits files, systemd's state."""
+    families = (
+        ("unplanned_exits_total", "counter", "Exits of the vLLM unit that nobody asked for (crash, kill, OOM).",
+         lambda doc, _: doc["unplanned_exits_total"]),
+        ("oom_kills_total", "counter", "Exits of the vLLM unit that were an OOM kill.",
+         lambda doc, _: doc["oom_kills_total"]),
+        ("refused_starts_total", "counter", "Starts the guard refused: the planned memory was not free.",
+         lambda doc, _: doc["refused_starts_total"]),
+        ("restarts", "gauge", "systemd's automatic restarts of the unit since it was last started by hand.",
+         lambda _, unit: int(unit.get("NRestarts") or 0)),
+        ("failed", "gauge", "1: the unit failed for good (its restart budget spent, or it failed to start).",
+         lambda _, unit: int(unit.get("ActiveState") == "failed")),
+        ("last_unplanned_exit_timestamp_seconds", "gauge", "When the unit last exited unplanned (0: never kept).",
+         lambda doc, _: next((r["timestamp"] for r in reversed(doc["records"]) if r.get("kind") == "exit"), 0)),
+    )  # fmt: skip
+    lines = []
+    for suffix, kind, help_text, value in families:
+        name = f"{METRIC_PREFIX}_{suffix}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        for entry in config["units"]:
+            labels = f'unit="{label(entry["unit"])}",served="{label(entry["served"])}"'
+            document = documents.get(entry["unit"]) or exits_document(None, entry["unit"])
+            lines.append(f"{name}{{{labels}}} {value(document, shown.get(entry['unit'], {}))}")
+    lines += [
+        "# HELP sparkfleet_vllm_guard_timestamp_seconds When the guard last wrote these metrics.",
+        "# TYPE sparkfleet_vllm_guard_timestamp_seconds gauge",
+        f"sparkfleet_vllm_guard_timestamp_seconds {now:.0f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def label(value: str) -> str:
+    """A Prometheus label value, escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+class Guard:
+    """The guard's commands on a host."""
+
+    def __init__(self, host: Host, metrics_file: str = METRICS_FILE, state_dir: str = STATE_DIR) -> None:
+        self.host = host
+        self.metrics_file = metrics_file
+        self.state_dir = state_dir
+
+    def marker(self, unit: str) -> str:
+        return os.path.join(self.state_dir, f"{unit}.stopping")
+
+    def keep(self, unit: str, record: Mapping[str, Any]) -> None:
+        config = self.host.config()
+        entry = unit_entry(config, unit)
+        stamped = {"timestamp": round(self.host.now()), **record}
+        stamped["at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamped["timestamp"]))
+        document = add_record(exits_document(read_text(entry["exits"]), unit), stamped, int(config["records_kept"]))
+        write_text_atomically(entry["exits"], json.dumps(document, indent=1) + "\n", mode=0o600)
+
+    def write_metrics(self) -> None:
+        config = self.host.config()
+        units = [entry["unit"] for entry in config["units"]]
+        documents = {unit["unit"]: exits_document(read_text(unit["exits"]), unit["unit"]) for unit in config["units"]}
+        text = metrics_text(config, documents, self.host.show(units), self.host.now())
+        write_text_atomically(self.metrics_file, text, mode=0o644)
+
+    def start(self, unit: str) -> tuple[int, str]:
+        try:
+            code, line = start_decision(self.host, unit)
+        except (GuardError, ValueError, OSError) as error:
+            code, line = REFUSED, f"sparkfleet-vllm-guard: refused to start {unit}: {error}"
+        if code:
+            self.quietly(lambda: self.keep(unit, {"kind": "refused", "reason": line}))
+        self.quietly(self.write_metrics)
+        return code, line
+
+    def stopping(self, unit: str, env: Mapping[str, str]) -> tuple[int, str]:
+        """ExecStop runs for a stop that was asked for, and also after the main process died on its own (systemd
+        runs it whenever the start had succeeded); $MAINPID is set only in the first case."""
+        if not env.get("MAINPID"):
+            return 0, ""
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        with open(self.marker(unit), "w", encoding="ascii") as handle:
+            handle.write(env["MAINPID"] + "\n")
+        return 0, ""
+
+    def exited(self, unit: str, env: Mapping[str, str]) -> tuple[int, str]:
+        """ExecStopPost: keep an exit nobody asked for (not a stop, not a start the condition refused)."""
+        if os.path.exists(self.marker(unit)):
+            os.unlink(self.marker(unit))
+            self.quietly(self.write_metrics)
+            return 0, ""
+        if not env.get("EXIT_CODE"):  # the main process never ran: a refused or failed start is kept elsewhere
+            self.quietly(self.write_metrics)
+            return 0, ""
+        entry = unit_entry(self.host.config(), unit)
+        record = exit_record(
+            env,
+            self.host.container_state(entry["container"]),
+            meminfo_figures(self.host.meminfo()),
+            self.host.show([unit]).get(unit, {}),
+        )
+        record["last_lines"] = self.host.last_lines(unit, entry["container"])
+        self.keep(unit, record)
+        self.quietly(self.write_metrics)
+        line = (
+            f"sparkfleet-vllm-guard: {unit} exited unplanned ({record['service_result']}, {record['exit']}"
+            f"{', OOM kill' if record['oom_kill'] else ''}), {record['mem_available_gib']:g} GiB available, "
+            f"{record['restarts']} restarts so far"
+        )
+        return 0, line
+
+    def failed(self, unit: str) -> tuple[int, str]:
+        """OnFailure: the unit failed and systemd will not restart it (its budget spent, or it never started)."""
+        shown = self.host.show([unit]).get(unit, {})
+        restarts = int(shown.get("NRestarts") or 0)
+        result = shown.get("Result", "")
+        if restarts or result == "start-limit-hit":
+            why = (
+                f"failed for good after {restarts} restarts (its restart budget, vllm_server_restart_burst starts "
+                f"within vllm_server_restart_window_s, is spent; result {result or '?'})"
+            )
+        else:
+            why = f"failed (result {result or '?'}) and systemd does not restart it"
+        self.keep(unit, {"kind": "failed", "result": result, "restarts": restarts, "reason": why})
+        self.quietly(self.write_metrics)
+        return 0, f"sparkfleet-vllm-guard: {unit} {why}; `systemctl reset-failed {unit}` and a start, or an Ansible run"
+
+    @staticmethod
+    def quietly(action: Callable[[], object]) -> None:
+        """Records and metrics are kept as well as they can be; never at the cost of the decision itself."""
+        with contextlib.suppress(GuardError, ValueError, OSError):
+            action()
+
+
+def main(argv: list[str], env: Mapping[str, str], config_dir: str) -> int:
+    """sparkfleet-vllm-guard start|stopping|exited|failed UNIT, or metrics: prints its one line, returns the code."""
+    guard = Guard(Host(config_dir))
+    if argv[:1] == ["metrics"]:
+        guard.write_metrics()
+        return 0
+    if len(argv) != 2 or argv[0] not in ("start", "stopping", "exited", "failed"):
+        print("usage: sparkfleet-vllm-guard start|stopping|exited|failed UNIT | metrics")
+        return 2
+    command, unit = argv
+    if command == "start":
+        code, line = guard.start(unit)
+    elif command == "stopping":
+        code, line = guard.stopping(unit, env)
+    elif command == "exited":
+        code, line = guard.exited(unit, env)
+    else:
+        code, line = guard.failed(unit)
+    if line:
+        print(line, flush=True)
+    return code

@@ -1,0 +1,225 @@
+"""The guard between runs (module_utils/vllm_guard.py) on fleet-3, a single Spark serving two models (qwen3-0.6b on
+8000, then qwen3-embedding-0.6b on 8001) through the stand-in vLLM and the real Docker and systemd: the engine killed
+in the middle of a stream (recorded, restarted, healthy again), a start that fails every time (the budget stops it
+after its tries, the host stays responsive, the router leaves it out), memory that is not there (refused before any
+container starts, no loop), and the two models started in one transaction as at boot (one after another, each
+checked). The scenario's restart delays are short (molecule.yml: vllm_server_restart_delay_s 5, max 20 s).
+
+Each test leaves both units healthy again, for the router's tests after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import testinfra
+
+sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"], "molecule", "shared")))
+from playbook_runs import run_site, said
+
+INVENTORY = os.environ["MOLECULE_INVENTORY_FILE"]
+SPARK = testinfra.get_host(f"ansible://fleet-3?ansible_inventory={INVENTORY}")
+ROUTER = testinfra.get_host(f"ansible://fleet-router?ansible_inventory={INVENTORY}")
+CHAT, EMBED = "vllm-qwen3-0.6b.service", "vllm-qwen3-embedding-0.6b.service"
+PORTS = {CHAT: 8000, EMBED: 8001}
+CONFIG_DIR = "/etc/sparkfleet/vllm"
+GUARD_CONFIG = f"{CONFIG_DIR}/guard.json"
+EXITS = {CHAT: f"{CONFIG_DIR}/qwen3-0.6b.exits.json", EMBED: f"{CONFIG_DIR}/qwen3-embedding-0.6b.exits.json"}
+METRICS = "/var/lib/prometheus/node-exporter/sparkfleet-vllm-guard.prom"
+API_KEY = "sparkfleet-fleet-test-key"
+# Generous: a busy machine slows a restart, never its outcome.
+DEADLINE_S = 420
+
+
+def shown(unit: str) -> dict[str, str]:
+    out = SPARK.check_output(f"systemctl show {unit} --property=ActiveState,SubState,Result,NRestarts")
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def health(unit: str) -> int:
+    return int(SPARK.run(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{PORTS[unit]}/health").stdout or 0)
+
+
+def wait_for(what: str, check, deadline_s: float = DEADLINE_S, every_s: float = 1):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(every_s)
+    pytest.fail(f"{what} within {deadline_s} s")
+
+
+def healthy(unit: str) -> None:
+    wait_for(f"{unit} healthy", lambda: shown(unit)["ActiveState"] == "active" and health(unit) == 200)
+
+
+def exits(unit: str) -> dict:
+    text = SPARK.run(f"cat {EXITS[unit]}").stdout
+    return json.loads(text) if text.strip() else {"records": [], "unplanned_exits_total": 0}
+
+
+def metric(name: str, unit: str) -> float:
+    for line in SPARK.check_output(f"cat {METRICS}").splitlines():
+        if line.startswith(f'sparkfleet_vllm_unit_{name}{{unit="{unit}"'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sparkfleet_vllm_unit_{name} for {unit} in {METRICS}")
+
+
+def journal_since(unit: str, cursor: str) -> str:
+    return SPARK.check_output(f"journalctl -u {unit} --after-cursor '{cursor}' --no-pager -o cat")
+
+
+def cursor() -> str:
+    return SPARK.check_output("journalctl -n 0 --show-cursor --no-pager | tail -1").removeprefix("-- cursor: ")
+
+
+def router_holds(url: str) -> bool | None:
+    answer = json.loads(ROUTER.check_output("curl -fsS http://127.0.0.1:18080/workers"))
+    return next((worker["is_healthy"] for worker in answer["workers"] if worker["url"] == url), None)
+
+
+def test_every_unit_starts_through_the_guard_within_a_bounded_budget():
+    unit = SPARK.file(f"/etc/systemd/system/{CHAT}").content_string
+    assert 'ExecCondition="/usr/local/lib/sparkfleet/vllm-guard/sparkfleet-vllm-guard" start %n' in unit
+    assert "StartLimitBurst=5\n" in unit and "StartLimitIntervalSec=7200\n" in unit and "RestartSec=5\n" in unit
+    assert "OnFailure=sparkfleet-vllm-failed@%n.service" in unit
+    # The simulated Spark is Debian 12 (systemd 252): no growing delay there; DGX OS 7's 255 gets RestartSteps.
+    assert "\nRestartSteps=" not in unit and "has no RestartSteps=" in unit
+    # The second model starts after the first at boot.
+    assert (
+        f"After=docker.service network-online.target {CHAT}\n"
+        in SPARK.file(f"/etc/systemd/system/{EMBED}").content_string
+    )
+    config = json.loads(SPARK.check_output(f"cat {GUARD_CONFIG}"))
+    assert [entry["unit"] for entry in config["units"]] == [CHAT, EMBED]
+    assert SPARK.file(GUARD_CONFIG).mode == 0o600
+    # The guard's logic is the project's own files, as the Ansible modules run them.
+    guard_dir = "/usr/local/lib/sparkfleet/vllm-guard/ansible/module_utils"
+    root = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+    for name in ("vllm_guard.py", "vllm_start_check.py"):
+        assert SPARK.file(f"{guard_dir}/{name}").content_string == (root / "module_utils" / name).read_text()
+
+
+def test_the_engine_killed_in_the_middle_of_a_stream_is_recorded_and_restarted():
+    before = exits(CHAT)["unplanned_exits_total"]
+    body = {"model": "qwen3-0.6b", "prompt": "Count slowly", "max_tokens": 400, "stream": True}
+    # The stream runs on the Spark itself, and is cut once its first token came.
+    stream = SPARK.run(
+        "timeout 120 curl -sN -H 'content-type: application/json' -H 'authorization: Bearer "
+        + API_KEY
+        + "' -d '"
+        + json.dumps(body)
+        + "' http://127.0.0.1:8000/v1/completions > /tmp/guard-stream.txt 2>&1 & "
+        "for i in $(seq 100); do grep -q '^data: {' /tmp/guard-stream.txt 2>/dev/null && break; sleep 0.2; done; "
+        "docker kill vllm-qwen3-0.6b >/dev/null; wait; grep -c '^data: {' /tmp/guard-stream.txt; "
+        "grep -c 'data: \\[DONE\\]' /tmp/guard-stream.txt || true"
+    )
+    chunks, done = stream.stdout.split()
+    assert int(chunks) >= 1 and done == "0", stream.stdout
+    healthy(CHAT)
+    document = exits(CHAT)
+    record = document["records"][-1]
+    assert document["unplanned_exits_total"] == before + 1
+    assert record["kind"] == "exit" and record["container_exit_code"] == 137 and record["exit"] == "status 137"
+    assert record["oom_kill"] is False and record["mem_available_gib"] > 0
+    assert record["last_lines"], record  # the container's own last log lines
+    assert int(shown(CHAT)["NRestarts"]) >= 1
+    assert metric("unplanned_exits_total", CHAT) == before + 1
+    # The restarted engine answers again, as the health gate's smoke request would ask it.
+    answer = SPARK.check_output(
+        f"curl -fsS -H 'content-type: application/json' -H 'authorization: Bearer {API_KEY}' "
+        """-d '{"model": "qwen3-0.6b", "prompt": "Hello", "max_tokens": 4}' http://127.0.0.1:8000/v1/completions"""
+    )
+    assert json.loads(answer)["choices"][0]["text"]
+
+
+def test_a_start_that_fails_every_time_is_stopped_by_the_budget_and_leaves_the_router():
+    dropin = f"/etc/systemd/system/{EMBED}.d"
+    before = exits(EMBED)["unplanned_exits_total"]
+    failures = exits(EMBED).get("failures_total", 0)
+    # The fault: every start of the model's container fails at once (its command replaced by one that exits 1).
+    SPARK.check_output(
+        f"mkdir -p {dropin} && printf '[Service]\\nExecStart=\\nExecStart=/bin/sh -c \"echo fault; exit 1\"\\n' "
+        f"> {dropin}/fault.conf && systemctl daemon-reload && systemctl reset-failed {EMBED}"
+    )
+    try:
+        SPARK.run(f"systemctl restart {EMBED}")
+        wait_for(f"{EMBED} failed for good", lambda: exits(EMBED).get("failures_total", 0) > failures)
+        state = shown(EMBED)
+        # Five starts allowed (the first and four restarts); systemd counts the fifth restart it refused too.
+        assert state["NRestarts"] == "5", state
+        time.sleep(30)  # longer than the longest delay (20 s): nothing tries again
+        assert shown(EMBED)["NRestarts"] == "5" and shown(EMBED)["ActiveState"] == "failed"
+        document = exits(EMBED)
+        assert document["unplanned_exits_total"] - before == 5
+        assert document["failures_total"] == failures + 1
+        assert document["records"][-1]["kind"] == "failed" and "after 5 restarts" in document["records"][-1]["reason"]
+        assert metric("failed", EMBED) == 1 and metric("failed", CHAT) == 0
+        # The host stays responsive, the other model serves on, and the router has left the failed one out.
+        assert health(CHAT) == 200
+        wait_for("the router marking fleet-3:8001 unhealthy", lambda: router_holds("http://fleet-3:8001") is False)
+        out = said(run_site("--limit", "fleet-3", playbook="status.yml", timeout=300))
+        assert "qwen3-embedding-0.6b on port 8001: failed/failed" in out
+        assert "restarts since its last start by hand" in out and "failed for good after 5 restarts" in out
+    finally:
+        SPARK.check_output(f"rm -rf {dropin} && systemctl daemon-reload")
+    # An owner starts it again: a new budget (what the serving stage does, library/vllm_units' reset).
+    SPARK.check_output(f"systemctl reset-failed {EMBED} && systemctl start {EMBED}")
+    healthy(EMBED)
+    assert metric("failed", EMBED) == 0
+    wait_for("the router taking fleet-3:8001 back", lambda: router_holds("http://fleet-3:8001") is True)
+
+
+def test_memory_that_is_not_there_is_refused_before_the_container_starts_and_not_retried():
+    original = SPARK.check_output(f"cat {GUARD_CONFIG}")
+    config = json.loads(original)
+    # The plan's need not there: a margin no machine has (the guard reads the margin the role wrote).
+    config["margin_gib"] = 100000
+    config["memory_wait_s"] = 10
+    refused_before = exits(EMBED).get("refused_starts_total", 0)
+    mark = cursor()
+    SPARK.check_output(f"cat > {GUARD_CONFIG} <<'EOF'\n{json.dumps(config)}\nEOF")
+    try:
+        started = time.monotonic()
+        SPARK.run(f"systemctl restart {EMBED}")
+        assert time.monotonic() - started >= 10  # it waited for the memory to come back
+        state = shown(EMBED)
+        assert state["ActiveState"] == "inactive", state
+        time.sleep(15)  # three times RestartSec: no restart, no loop
+        assert shown(EMBED)["ActiveState"] == "inactive" and shown(EMBED)["NRestarts"] == "0"
+        # Refused before the container: none was created after the stop.
+        assert SPARK.run("docker ps -aq --filter name=vllm-qwen3-embedding-0.6b").stdout.strip() == ""
+        log = journal_since(EMBED, mark)
+        assert log.count("sparkfleet-vllm-guard: refused to start vllm-qwen3-embedding-0.6b.service") == 1, log
+        assert "not enough free memory to (re)start vllm-qwen3-embedding-0.6b.service" in log
+        assert exits(EMBED)["refused_starts_total"] == refused_before + 1
+        assert metric("refused_starts_total", EMBED) == refused_before + 1
+    finally:
+        SPARK.check_output(f"cat > {GUARD_CONFIG} <<'EOF'\n{original}\nEOF")
+    SPARK.check_output(f"systemctl start {EMBED}")
+    healthy(EMBED)
+
+
+def test_the_models_of_a_spark_started_together_start_one_after_another_each_checked():
+    """As at boot: both units in one transaction. The second waits until the first answers /health."""
+    SPARK.check_output(f"systemctl stop {EMBED} {CHAT}")
+    mark = cursor()
+    SPARK.check_output(f"systemctl start {CHAT} {EMBED}")
+    healthy(CHAT)
+    healthy(EMBED)
+    log = journal_since(EMBED, mark)
+    assert f"sparkfleet-vllm-guard: {EMBED} may start after {CHAT} loaded" in log, log
+    assert f"sparkfleet-vllm-guard: {CHAT} may start:" in journal_since(CHAT, mark)
+    # The second container started after the first model was healthy.
+    started = {
+        unit: SPARK.check_output(f"docker inspect --format '{{{{.State.StartedAt}}}}' {unit.removesuffix('.service')}")
+        for unit in (CHAT, EMBED)
+    }
+    assert started[EMBED] > started[CHAT]
+    both = ("http://fleet-3:8000", "http://fleet-3:8001")
+    wait_for("the router holding both of fleet-3's models", lambda: all(router_holds(url) for url in both))
