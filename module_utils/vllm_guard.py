@@ -404,6 +404,9 @@ class Guard:
         write_text_atomically(self.metrics_file, text, mode=0o644)
 
     def start(self, unit: str) -> tuple[int, str]:
+        # A stop marker left by a stop whose ExecStopPost never ran must not hide this start's next exit.
+        with contextlib.suppress(OSError):
+            os.unlink(self.marker(unit))
         try:
             code, line = start_decision(self.host, unit)
         except (GuardError, ValueError, OSError) as error:
@@ -483,13 +486,18 @@ def main(argv: list[str], env: Mapping[str, str], config_dir: str) -> int:
         return 2
     command, unit = argv
     if command == "start":
-        code, line = guard.start(unit)
-    elif command == "stopping":
-        code, line = guard.stopping(unit, env)
-    elif command == "exited":
-        code, line = guard.exited(unit, env)
+        code, line = guard.start(unit)  # refuses on any error of its own: no start on an unknown memory
     else:
-        code, line = guard.failed(unit)
+        # A record that cannot be kept must never fail the unit's stop or keep systemd from restarting it.
+        try:
+            if command == "stopping":
+                code, line = guard.stopping(unit, env)
+            elif command == "exited":
+                code, line = guard.exited(unit, env)
+            else:
+                code, line = guard.failed(unit)
+        except (GuardError, ValueError, OSError) as error:
+            code, line = 0, f"sparkfleet-vllm-guard: could not keep the record of {unit}: {error}"
     if line:
         print(line, flush=True)
     return code

@@ -263,3 +263,20 @@ def test_a_unit_that_failed_without_a_restart_is_not_said_to_have_spent_its_budg
     state = {"vllm-a.service": {"ActiveState": "failed", "Result": "dependency", "NRestarts": "0"}}
     _, line = guard(tmp_path, FakeHost(tmp_path, [70], states=state)).failed("vllm-a.service")
     assert "vllm-a.service failed (result dependency) and systemd does not restart it" in line
+
+
+def test_a_record_that_cannot_be_kept_never_fails_the_units_stop(tmp_path, capsys):
+    # No configuration at all: the start is refused, the stop and exit still succeed with a line that says so.
+    assert vllm_guard.main(["start", "vllm-a.service"], {}, str(tmp_path)) == REFUSED
+    env = {"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"}
+    assert vllm_guard.main(["exited", "vllm-a.service"], env, str(tmp_path)) == 0
+    assert "could not keep the record of vllm-a.service" in capsys.readouterr().out
+
+
+def test_a_stale_stop_marker_does_not_hide_the_next_crash(tmp_path):
+    host = FakeHost(tmp_path, [90])
+    g = guard(tmp_path, host)
+    g.stopping("vllm-a.service", {"MAINPID": "7"})  # its ExecStopPost never ran
+    assert g.start("vllm-a.service")[0] == 0
+    g.exited("vllm-a.service", {"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"})
+    assert json.loads((tmp_path / "a.exits.json").read_text())["unplanned_exits_total"] == 1
