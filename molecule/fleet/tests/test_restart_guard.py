@@ -5,7 +5,8 @@ after its tries, the host stays responsive, the router leaves it out), memory th
 container starts, no loop), and the two models started in one transaction as at boot (one after another, each
 checked). The scenario's restart delays are short (molecule.yml: vllm_server_restart_delay_s 5, max 20 s).
 
-Each test leaves both units healthy again, for the router's tests after it.
+Runs after test_model_weights.py (file order), which reads the counters of fleet-3's first start, and leaves both
+units healthy again for the router's tests after it.
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def test_a_start_that_fails_every_time_is_stopped_by_the_budget_and_leaves_the_r
         state = shown(EMBED)
         # Five starts allowed (the first and four restarts); systemd counts the fifth restart it refused too.
         assert state["NRestarts"] == "5", state
-        time.sleep(30)  # longer than the longest delay (20 s): nothing tries again
+        time.sleep(12)  # two restart delays (5 s on this systemd): nothing tries again
         assert shown(EMBED)["NRestarts"] == "5" and shown(EMBED)["ActiveState"] == "failed"
         document = exits(EMBED)
         assert document["unplanned_exits_total"] - before == 5
@@ -190,7 +191,7 @@ def test_memory_that_is_not_there_is_refused_before_the_container_starts_and_not
         assert time.monotonic() - started >= 10  # it waited for the memory to come back
         state = shown(EMBED)
         assert state["ActiveState"] == "inactive", state
-        time.sleep(15)  # three times RestartSec: no restart, no loop
+        time.sleep(12)  # two restart delays: no restart, no loop
         assert shown(EMBED)["ActiveState"] == "inactive" and shown(EMBED)["NRestarts"] == "0"
         # Refused before the container: none was created after the stop.
         assert SPARK.run("docker ps -aq --filter name=vllm-qwen3-embedding-0.6b").stdout.strip() == ""
