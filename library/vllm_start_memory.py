@@ -168,11 +168,10 @@ steps:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.spark_gpu import parse_meminfo
 from ansible.module_utils.vllm_start_check import (
     GIB,
     StartUnit,
-    mem_free_bytes,
+    memory_figures,
     running_utilization,
     should_drop_caches,
     start_check,
@@ -185,7 +184,7 @@ def read_memory(module: AnsibleModule) -> dict[str, int]:
     try:
         with open(path, encoding="ascii") as handle:
             text = handle.read()
-        return {**parse_meminfo(text), "mem_free_bytes": mem_free_bytes(text)}
+        return memory_figures(text)
     except (OSError, ValueError) as error:
         module.fail_json(msg=f"Could not read the host's memory from {path}: {error}.", fits=False, reasons=[])
 

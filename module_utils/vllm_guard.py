@@ -43,12 +43,21 @@ from typing import Any
 from ansible.module_utils.atomic_file import write_text_atomically
 from ansible.module_utils.memory_units import GIB
 from ansible.module_utils.startup_times import TEXTFILE_DIR
-from ansible.module_utils.vllm_start_check import StartUnit, mem_free_bytes, start_check
+from ansible.module_utils.unit_restarts import parse_show
+from ansible.module_utils.vllm_start_check import StartUnit, memory_figures, start_check
 
 # Where the role puts the guard on a Spark, and what it ships there: this file and what it imports, each under
 # ansible/module_utils/ so that their imports work unchanged (the entry script puts GUARD_DIR first on sys.path).
 GUARD_DIR = "/usr/local/lib/sparkfleet/vllm-guard"
-GUARD_FILES = ("vllm_guard.py", "vllm_start_check.py", "memory_units.py", "atomic_file.py", "startup_times.py")
+GUARD_FILES = (
+    "vllm_guard.py",
+    "vllm_start_check.py",
+    "memory_units.py",
+    "spark_gpu.py",
+    "unit_restarts.py",
+    "atomic_file.py",
+    "startup_times.py",
+)
 GUARD_COMMAND = f"{GUARD_DIR}/sparkfleet-vllm-guard"
 # The OnFailure= template unit that reports a unit failed for good.
 FAILED_UNIT = "sparkfleet-vllm-failed@.service"
@@ -129,21 +138,6 @@ def unit_entry(config: Mapping[str, Any], unit: str) -> dict[str, Any]:
     raise GuardError(f"{unit} is not in the guard's configuration (run the serving stage again)")
 
 
-def parse_show(text: str) -> dict[str, dict[str, str]]:
-    """`systemctl show --property=Id,... UNIT...` output (one block per unit, blank lines between), by unit."""
-    found: dict[str, dict[str, str]] = {}
-    block: dict[str, str] = {}
-    for line in [*text.splitlines(), ""]:
-        if not line.strip():
-            if block.get("Id"):
-                found[block["Id"]] = block
-            block = {}
-            continue
-        key, _, value = line.partition("=")
-        block[key] = value
-    return found
-
-
 def loading(entry: Mapping[str, Any], shown: Mapping[str, str], health: Callable[[str], int | None]) -> bool:
     """Whether another unit of this Spark is loading: its container runs and its /health does not answer 200 yet,
     so it has not taken its whole share of the pool. A unit without an API (a group's worker) is seen at its head."""
@@ -162,20 +156,6 @@ def start_units(config: Mapping[str, Any], unit: str, still_loading: list[str]) 
     entry = unit_entry(config, unit)
     steps.append(StartUnit(name=entry["name"], unit=unit, gpu_memory_utilization=float(entry["share"])))
     return steps
-
-
-def meminfo_figures(text: str) -> dict[str, int]:
-    """MemTotal, MemAvailable and MemFree of /proc/meminfo, in bytes, as start_check reads them."""
-    figures = {"mem_free_bytes": mem_free_bytes(text)}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("MemTotal", "MemAvailable") and rest.split():
-            figures[{"MemTotal": "mem_total_bytes", "MemAvailable": "mem_available_bytes"}[key]] = (
-                int(rest.split()[0]) * 1024
-            )
-    if len(figures) != 3:
-        raise GuardError("/proc/meminfo lacks MemTotal or MemAvailable")
-    return figures
 
 
 class Host:
@@ -267,7 +247,7 @@ def start_decision(host: Host, unit: str) -> tuple[int, str]:
         if config["drop_caches"]:
             host.drop_caches()
         check = start_check(
-            meminfo_figures(host.meminfo()),
+            memory_figures(host.meminfo()),
             start_units(config, unit, still),
             margin_gib=float(config["margin_gib"]),
             use_available=bool(config["drop_caches"]),
@@ -439,7 +419,7 @@ class Guard:
         record = exit_record(
             env,
             self.host.container_state(entry["container"]),
-            meminfo_figures(self.host.meminfo()),
+            memory_figures(self.host.meminfo()),
             self.host.show([unit]).get(unit, {}),
         )
         record["last_lines"] = self.host.last_lines(unit, entry["container"])

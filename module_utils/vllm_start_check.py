@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ansible.module_utils.memory_units import GIB, gib_text, hundredths
+from ansible.module_utils.spark_gpu import parse_meminfo
 
 UTILIZATION_FLAG = "--gpu-memory-utilization"
 
@@ -72,6 +73,11 @@ def mem_free_bytes(meminfo_text: str) -> int:
         if key == "MemFree" and rest.split():
             return int(rest.split()[0]) * 1024
     raise ValueError("/proc/meminfo lacks MemFree")
+
+
+def memory_figures(meminfo_text: str) -> dict[str, int]:
+    """What start_check reads of /proc/meminfo: the planner's figures (MemTotal, MemAvailable, swap) and MemFree."""
+    return {**parse_meminfo(meminfo_text), "mem_free_bytes": mem_free_bytes(meminfo_text)}
 
 
 def utilization_of_serve_args(serve_args: object) -> float | None:

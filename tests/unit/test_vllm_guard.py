@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import vllm_guard
 from helpers import ROOT
-from vllm_guard import REFUSED, Guard, GuardError, Host, host_config, parse_config, parse_show
+from unit_restarts import parse_show
+from vllm_guard import REFUSED, Guard, GuardError, Host, host_config, parse_config
 
 GIB_KB = 1024 * 1024  # /proc/meminfo's kB in a GiB
 
@@ -20,7 +21,7 @@ def meminfo(total_gib: float, available_gib: float, free_gib: float | None = Non
     free = available_gib if free_gib is None else free_gib
     return (
         f"MemTotal: {int(total_gib * GIB_KB)} kB\nMemFree: {int(free * GIB_KB)} kB\n"
-        f"MemAvailable: {int(available_gib * GIB_KB)} kB\n"
+        f"MemAvailable: {int(available_gib * GIB_KB)} kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\n"
     )
 
 
