@@ -49,7 +49,7 @@ RETURN = r"""
 models:
   description: Each model - served, port, unit, state (systemd's ActiveState/SubState), gpu_memory_utilization,
     started_at and healthy_after_s of its last good start, and C(guard) (what the vLLM guard kept between runs -
-    restarts, unplanned_exits, oom_kills, refused_starts, failures, last_event).
+    restarts, unplanned_exits, oom_kills, refused_starts, failures, watch_restarts, last_event).
   returned: always
   type: list
   elements: dict

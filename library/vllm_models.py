@@ -139,6 +139,18 @@ options:
         description: How long a start waits for the other models of the host that are still loading, in seconds.
         type: int
         default: 2400
+      watch_period_s:
+        description: Seconds between two probes of the runtime watch (vllm_server_watch_period_s).
+        type: int
+        default: 60
+      watch_deadline_s:
+        description: Seconds the runtime watch's probe waits for its answer (vllm_server_watch_deadline_s).
+        type: int
+        default: 30
+      watch_failures:
+        description: Failed probes in a row after which the watch restarts the model (vllm_server_watch_failures).
+        type: int
+        default: 2
 """
 
 EXAMPLES = r"""
@@ -343,6 +355,9 @@ def main() -> None:
                     "drop_caches": {"type": "bool", "default": True},
                     "memory_wait_s": {"type": "int", "default": 180},
                     "queue_wait_s": {"type": "int", "default": 2400},
+                    "watch_period_s": {"type": "int", "default": 60},
+                    "watch_deadline_s": {"type": "int", "default": 30},
+                    "watch_failures": {"type": "int", "default": 2},
                 },
             },
         },

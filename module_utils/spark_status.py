@@ -85,6 +85,7 @@ def guard_events(exits: Mapping | None, restarts: int) -> dict:
         "oom_kills": int(exits.get("oom_kills_total") or 0),
         "refused_starts": int(exits.get("refused_starts_total") or 0),
         "failures": int(exits.get("failures_total") or 0),
+        "watch_restarts": int(exits.get("watch_restarts_total") or 0),
         "last_event": records[-1] if records else None,
     }
 
@@ -94,6 +95,8 @@ def event_text(event: Mapping) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(event.get("timestamp", 0)))
     if event.get("kind") == "exit":
         parts = [event.get("exit", "?")]
+        if event.get("watch"):
+            parts.append(f"killed by the runtime watch ({str(event['watch'])[:200]})")
         if event.get("oom_kill"):
             parts.append("OOM kill")
         parts.append(f"{event.get('mem_available_gib', 0):g} GiB available")
@@ -162,6 +165,7 @@ def line(host: str, models: list[dict], memory: Mapping[str, int], gpu_found: Ma
                 ("restarts", "restarts since its last start by hand"),
                 ("unplanned_exits", "unplanned exits"),
                 ("oom_kills", "OOM kills"),
+                ("watch_restarts", "restarts by the runtime watch"),
                 ("refused_starts", "refused starts"),
                 ("failures", "failures for good"),
             )

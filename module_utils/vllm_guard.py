@@ -11,6 +11,8 @@ unit calls it (roles/vllm_server/templates/etc/systemd/system/vllm.service.j2):
   ExecStopPost=   sparkfleet-vllm-guard exited UNIT    records an exit nobody asked for (exit_record)
   OnFailure=      sparkfleet-vllm-failed@UNIT.service  runs `sparkfleet-vllm-guard failed UNIT`: the unit failed for
                                                        good (its restart budget spent, StartLimitBurst)
+  sparkfleet-vllm-watch.timer                          runs `sparkfleet-vllm-guard watch` every period: the runtime
+                                                       watch (watch_outcome), which restarts a wedged model
 
 The start check is the same rule as Ansible's (vllm_start_check.start_check), on the host's configuration file
 (CONFIG_FILE, written by the role: the units in their start order with their planned shares, the margin, the waits):
@@ -25,6 +27,16 @@ Every unplanned exit is kept (bounded, RECORDS_KEPT by default) in the unit's ex
 exit code or signal, an OOM kill, the container's own state, the last log lines, MemAvailable at that moment and
 the restart count; refused starts and failures for good too. The counters of every unit are written as node_exporter
 textfile metrics (METRICS_FILE), which the fleet_monitoring role alerts on, and status.yml shows the records.
+
+The runtime watch probes every model that answers the API (a group at its head) between runs: /health, then a tiny
+greedy generation with a deadline, or the canary the quality gate recorded at the model's first good start where it
+is cheap (WATCH_CANARY_MAX_TOKENS), or a pooling model's own probe (model_kinds.probe). A wedge is a probe that gets
+no answer in time while the engine processed no token at all meanwhile (vLLM's own token counters on /metrics did
+not move): a busy engine is not a wedged one. A wedge, a wrong answer or a dead /health is a failed probe; after
+`failures` of them in a row on the same container the watch kills the container, so that systemd restarts it inside
+the unit's restart budget (the same guard start check first), and the exit record names the watch as its cause. In
+a fleet the router's own /health check takes the Spark's model out of its rotation while it restarts, and back once
+it answers; one whose budget is spent stays out.
 
 Standard library only (with the other GUARD_FILES): DGX OS's own python3 runs it, without Ansible.
 """
@@ -42,6 +54,9 @@ from typing import Any
 
 from ansible.module_utils.atomic_file import write_text_atomically
 from ansible.module_utils.memory_units import GIB
+from ansible.module_utils.model_kinds import CHAT, probe_problems
+from ansible.module_utils.model_kinds import probe as pooling_probe
+from ansible.module_utils.quality_checks import canary_problem, held_answers
 from ansible.module_utils.startup_times import TEXTFILE_DIR
 from ansible.module_utils.unit_restarts import parse_show
 from ansible.module_utils.vllm_start_check import StartUnit, memory_figures, start_check
@@ -57,6 +72,8 @@ GUARD_FILES = (
     "unit_restarts.py",
     "atomic_file.py",
     "startup_times.py",
+    "quality_checks.py",
+    "model_kinds.py",
 )
 GUARD_COMMAND = f"{GUARD_DIR}/sparkfleet-vllm-guard"
 # The OnFailure= template unit that reports a unit failed for good.
@@ -71,11 +88,25 @@ LOG_LINES = 20
 STATE_DIR = "/run/sparkfleet/vllm-guard"
 METRICS_FILE = f"{TEXTFILE_DIR}/sparkfleet-vllm-guard.prom"
 METRIC_PREFIX = "sparkfleet_vllm_unit"
+# The runtime watch's timer and service (sparkfleet-vllm-watch.timer, .service).
+WATCH_UNIT = "sparkfleet-vllm-watch"
+# A recorded canary is asked by the watch only when it was recorded with at most this many tokens (the quality
+# gate's canary_max_tokens): a thinking model's canaries (its reasoning budget, 1024 tokens) are too dear to ask
+# every period, so it gets the tiny generation alone.
+WATCH_CANARY_MAX_TOKENS = 64
+# vLLM's token counters (vllm/v1/metrics/loggers.py, tests/contracts/vllm/metrics.json): any move means the engine
+# is working, so a probe that timed out meanwhile met a busy engine, not a wedged one.
+PROGRESS_COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
 # ExecCondition: 1-254 skips the start without a failure (and without a restart); 255 would fail it.
 REFUSED = 1
 
-CONFIG_KEYS = {"margin_gib", "drop_caches", "memory_wait_s", "queue_wait_s", "poll_s", "records_kept", "units"}
-UNIT_KEYS = {"unit", "name", "served", "share", "container", "exits", "health_url"}
+CONFIG_KEYS = {
+    "margin_gib", "drop_caches", "memory_wait_s", "queue_wait_s", "poll_s", "records_kept", "watch", "units"
+}  # fmt: skip
+WATCH_KEYS = {"period_s", "deadline_s", "failures"}
+UNIT_KEYS = {
+    "unit", "name", "served", "share", "container", "exits", "health_url", "kind", "model", "secrets_file", "canaries"
+}  # fmt: skip
 SHOWN = ("Id", "ActiveState", "SubState", "Result", "NRestarts")
 
 
@@ -88,16 +119,18 @@ def paths() -> dict[str, Any]:
         "failed_unit": FAILED_UNIT,
         "config_name": CONFIG_NAME,
         "metrics_file": METRICS_FILE,
+        "watch_unit": WATCH_UNIT,
     }
 
 
 def host_config(models: list[Mapping[str, Any]], settings: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The host's guard configuration (CONFIG_NAME): `settings` (margin_gib, drop_caches, memory_wait_s,
-    queue_wait_s) and the served models in their start order (`name`, the inventory list: vllm_server_models),
-    each with its planned share."""
+    queue_wait_s, watch_period_s, watch_deadline_s, watch_failures) and the served models in their start order
+    (`name`, the inventory list: vllm_server_models), each with its planned share."""
     config = {key: settings[key] for key in ("margin_gib", "drop_caches", "memory_wait_s", "queue_wait_s")}
     config["poll_s"] = 5
     config["records_kept"] = RECORDS_KEPT
+    config["watch"] = {key: int(settings[f"watch_{key}"]) for key in sorted(WATCH_KEYS)}
     config["units"] = [
         {
             "unit": model["unit"],
@@ -107,6 +140,11 @@ def host_config(models: list[Mapping[str, Any]], settings: Mapping[str, Any], na
             "container": model["container"],
             "exits": model["exits"],
             "health_url": f"{model['url']}/health" if model["api"] else "",
+            "kind": model["kind"],
+            "model": {"hf_repo": model["hf_repo"], "hf_revision": model["hf_revision"]},
+            "secrets_file": model["secrets_file"],
+            # The quality gate's record (roles/vllm_server/tasks/gate.yml writes it there).
+            "canaries": f"{model['last_good']}.canaries.json",
         }
         for index, model in enumerate(models)
     ]
@@ -125,6 +163,8 @@ def parse_config(text: str) -> dict[str, Any]:
         raise GuardError(f"the guard's configuration is not JSON: {error}") from error
     if not isinstance(config, Mapping) or set(config) != CONFIG_KEYS:
         raise GuardError(f"the guard's configuration must hold exactly {', '.join(sorted(CONFIG_KEYS))}")
+    if not isinstance(config["watch"], Mapping) or set(config["watch"]) != WATCH_KEYS:
+        raise GuardError(f"the guard's watch settings must hold exactly {', '.join(sorted(WATCH_KEYS))}")
     for entry in config["units"]:
         if not isinstance(entry, Mapping) or set(entry) != UNIT_KEYS:
             raise GuardError(f"each unit of the guard's configuration must hold exactly {', '.join(sorted(UNIT_KEYS))}")
@@ -211,6 +251,37 @@ class Host:
         except (OSError, ValueError):
             return None
 
+    def get_text(self, url: str, timeout: float = 10) -> str | None:
+        """The body of a GET answered 200, else None."""
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as answer:
+                return answer.read().decode("utf-8", "replace") if answer.status == 200 else None
+        except (OSError, ValueError):
+            return None
+
+    def post(self, url: str, body: Mapping[str, Any], api_key: str, timeout: float) -> tuple[int | None, str]:
+        """(status, body) of a JSON POST; (None, "timeout") when no answer came within TIMEOUT seconds, (None, the
+        error) when it could not be asked."""
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        request = urllib.request.Request(url, json.dumps(body).encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return answer.status, answer.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode("utf-8", "replace")
+        except TimeoutError:
+            return None, "timeout"
+        except urllib.error.URLError as error:
+            return None, "timeout" if isinstance(error.reason, TimeoutError) else str(error.reason)
+        except (OSError, ValueError) as error:
+            return None, str(error)
+
+    def kill(self, container: str) -> bool:
+        """SIGKILL to the container (a wedged engine may never act on SIGTERM): its unit's main process ends."""
+        return bool(self.run(["docker", "kill", "--signal", "KILL", "--", container]).strip())
+
     def container_state(self, container: str) -> dict[str, Any]:
         """docker inspect's State of the unit's container (kept until ExecStopPost removes it), {} when gone."""
         text = self.run(["docker", "inspect", "--format", "{{json .State}}", "--", container])
@@ -267,6 +338,15 @@ def start_decision(host: Host, unit: str) -> tuple[int, str]:
     return REFUSED, f"sparkfleet-vllm-guard: refused to start {unit} ({entry['served']}){waited}: {check.reasons[0]}"
 
 
+COUNTERS = (
+    "unplanned_exits_total",
+    "oom_kills_total",
+    "refused_starts_total",
+    "failures_total",
+    "watch_restarts_total",
+)
+
+
 def exits_document(text: str | None, unit: str) -> dict[str, Any]:
     """A unit's exits file, or a new one: counters and the last records."""
     try:
@@ -275,7 +355,7 @@ def exits_document(text: str | None, unit: str) -> dict[str, Any]:
         document = None
     if not isinstance(document, dict) or not isinstance(document.get("records"), list):
         document = {"unit": unit, "records": []}
-    for counter in ("unplanned_exits_total", "oom_kills_total", "refused_starts_total", "failures_total"):
+    for counter in COUNTERS:
         document[counter] = int(document.get(counter) or 0)
     return document
 
@@ -287,6 +367,8 @@ def add_record(document: dict[str, Any], record: Mapping[str, Any], kept: int) -
     document[counter] += 1
     if record.get("oom_kill"):
         document["oom_kills_total"] += 1
+    if record.get("watch"):
+        document["watch_restarts_total"] += 1
     document["records"] = [*document["records"], dict(record)][-max(1, kept) :]
     return document
 
@@ -312,8 +394,15 @@ def exit_record(
     }
 
 
-def metrics_text(config: Mapping[str, Any], documents: Mapping[str, Mapping], shown: Mapping, now: float) -> str:
-    """The textfile metrics of every unit of the host: counters from their exits files, systemd's state."""
+def metrics_text(
+    config: Mapping[str, Any],
+    documents: Mapping[str, Mapping],
+    shown: Mapping,
+    now: float,
+    watched: Mapping[str, Mapping] | None = None,
+) -> str:
+    """The textfile metrics of every unit of the host: counters from their exits files, systemd's state, and the
+    runtime watch's state of each unit it watches (WATCHED)."""
     families = (
         ("unplanned_exits_total", "counter", "Exits of the vLLM unit that nobody asked for (crash, kill, OOM).",
          lambda doc, _: doc["unplanned_exits_total"]),
@@ -336,12 +425,163 @@ def metrics_text(config: Mapping[str, Any], documents: Mapping[str, Mapping], sh
             labels = f'unit="{label(entry["unit"])}",served="{label(entry["served"])}"'
             document = documents.get(entry["unit"]) or exits_document(None, entry["unit"])
             lines.append(f"{name}{{{labels}}} {value(document, shown.get(entry['unit'], {}))}")
+    watch_families = (
+        ("watch_failures", "gauge", "Probes of the runtime watch failed in a row on the unit's running container.",
+         lambda state: state.get("failures", 0)),
+        ("watch_restarts_total", "counter", "Restarts of the unit the runtime watch caused (a wedge, a wrong answer).",
+         lambda state: state.get("restarts_total", 0)),
+        ("watch_last_pass_timestamp_seconds", "gauge", "When a probe of the runtime watch last passed (0: never).",
+         lambda state: state.get("passed_at", 0)),
+        ("watch_probe_seconds", "gauge", "How long the runtime watch's last probe of the unit took.",
+         lambda state: (state.get("last") or {}).get("seconds", 0)),
+    )  # fmt: skip
+    for suffix, kind, help_text, value in watch_families:
+        name = f"{METRIC_PREFIX}_{suffix}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        for entry in config["units"]:
+            if entry["health_url"]:  # a group's worker is watched at its head
+                labels = f'unit="{label(entry["unit"])}",served="{label(entry["served"])}"'
+                state = {**(watched or {}).get(entry["unit"], {})}
+                state["restarts_total"] = (documents.get(entry["unit"]) or {}).get("watch_restarts_total", 0)
+                lines.append(f"{name}{{{labels}}} {value(state)}")
     lines += [
         "# HELP sparkfleet_vllm_guard_timestamp_seconds When the guard last wrote these metrics.",
         "# TYPE sparkfleet_vllm_guard_timestamp_seconds gauge",
         f"sparkfleet_vllm_guard_timestamp_seconds {now:.0f}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def env_file_value(text: str | None, key: str) -> str:
+    """KEY's value in an env file the role wrote (KEY=value, the value one shell word: filter env_file_value)."""
+    import shlex
+
+    for line in (text or "").splitlines():
+        if line.startswith(f"{key}="):
+            words = shlex.split(line[len(key) + 1 :])
+            return words[0] if words else ""
+    return ""
+
+
+def progress(metrics: str | None) -> float | None:
+    """The engine's processed tokens so far (PROGRESS_COUNTERS summed over their labels), None when unknown."""
+    if metrics is None:
+        return None
+    total, seen = 0.0, False
+    for line in metrics.splitlines():
+        if line.startswith(tuple(name + suffix for name in PROGRESS_COUNTERS for suffix in ("{", " "))):
+            with contextlib.suppress(ValueError):
+                total += float(line.rsplit(" ", 1)[1])
+                seen = True
+    return total if seen else None
+
+
+def watched_canary(record_text: str | None, model: Mapping[str, str]) -> tuple[str, str, int] | None:
+    """(prompt, answer, max_tokens) of the cheapest canary the quality gate recorded for this model (its repository
+    and revision), None when none was, or only with a thinking model's budget (above WATCH_CANARY_MAX_TOKENS)."""
+    try:
+        identity = json.loads(record_text or "null").get("model")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(identity, dict) or any(identity.get(key) != value for key, value in model.items()):
+        return None
+    max_tokens = identity.get("max_tokens")
+    if not isinstance(max_tokens, int) or not 0 < max_tokens <= WATCH_CANARY_MAX_TOKENS:
+        return None
+    answers = held_answers(record_text, identity)
+    if not answers:
+        return None
+    prompt = min(answers, key=lambda asked: (len(answers[asked]), asked))
+    return prompt, answers[prompt], max_tokens
+
+
+def container_age(state: Mapping[str, Any], now: float) -> float | None:
+    """Seconds since docker started the container (its State.StartedAt, RFC 3339 in UTC), None when unknown."""
+    import calendar
+
+    started = str(state.get("StartedAt") or "")
+    try:
+        stamp = calendar.timegm(time.strptime(started[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    return max(0.0, now - stamp)
+
+
+def probe_request(entry: Mapping[str, Any], canary: tuple[str, str, int] | None) -> tuple[str, dict[str, Any]]:
+    """(path, body) of the watch's probe of one unit: the recorded canary, else a one-token greedy generation; a
+    pooling model's own probe (model_kinds.probe)."""
+    if entry["kind"] != CHAT:
+        return pooling_probe(entry["kind"], entry["served"])
+    prompt, max_tokens = (canary[0], canary[2]) if canary else ("Hi", 1)
+    body = {
+        "model": entry["served"],
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    return "/v1/chat/completions", body
+
+
+def answer_problem(entry: Mapping[str, Any], canary: tuple[str, str, int] | None, text: str) -> str | None:
+    """What is wrong with the probe's answer (HTTP 200), or None."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return f"the answer is not JSON: {text[:200]!r}"
+    if not isinstance(answer, dict):
+        return f"the answer is not a JSON object: {text[:200]!r}"
+    if entry["kind"] != CHAT:
+        problems, _ = probe_problems(entry["kind"], answer, entry["served"])
+        return problems[0] if problems else None
+    if canary:
+        problem = canary_problem(answer, canary[1], reasoning_parser=False)
+        return f"the canary {canary[0]!r}: {problem}" if problem else None
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    if not (isinstance(usage.get("completion_tokens"), int) and usage["completion_tokens"] > 0):
+        return f"no token generated: {text[:200]!r}"
+    return None
+
+
+def watch_outcome(
+    host: Host, config: Mapping[str, Any], entry: Mapping[str, Any], shown: Mapping[str, str], container: Mapping
+) -> dict[str, Any]:
+    """One probe of one unit: {"outcome": passed|failed|busy|loading|idle, "reason", "seconds", "canary"}.
+    idle: the unit or its container does not run (systemd's restarts and the guard's records handle that);
+    loading: /health does not answer 200 yet, within the health gate's time of the container's start (queue_wait_s);
+    busy: the probe got no answer in time, but the engine processed tokens meanwhile."""
+    started = host.now()
+    watch = config["watch"]
+
+    def result(outcome: str, reason: str = "", canary: bool = False) -> dict[str, Any]:
+        return {"outcome": outcome, "reason": reason, "seconds": round(host.now() - started, 2), "canary": canary}
+
+    if shown.get("SubState") != "running" or not container.get("Running"):
+        return result("idle", "the unit or its container is not running")
+    status = host.health(entry["health_url"])
+    if status != 200:
+        age = container_age(container, host.now())
+        if age is not None and age < float(config["queue_wait_s"]):
+            return result("loading", f"/health answered {status} {age:.0f} s after the container started")
+        return result("failed", f"/health answered {status or 'nothing'}")
+    base = entry["health_url"].removesuffix("/health")
+    canary = watched_canary(read_text(entry["canaries"]), entry["model"]) if entry["kind"] == CHAT else None
+    before = progress(host.get_text(f"{base}/metrics"))
+    path, body = probe_request(entry, canary)
+    api_key = env_file_value(read_text(entry["secrets_file"]), "VLLM_API_KEY")
+    code, text = host.post(base + path, body, api_key, float(watch["deadline_s"]))
+    if code is None:
+        if text != "timeout":
+            return result("failed", f"{path} could not be asked: {text}", bool(canary))
+        after = progress(host.get_text(f"{base}/metrics"))
+        if before is not None and after is not None and after > before:
+            return result("busy", f"no answer within {watch['deadline_s']} s, but the engine processed "
+                          f"{after - before:.0f} tokens meanwhile", bool(canary))  # fmt: skip
+        return result("failed", f"wedged: /health answers 200, but no answer within {watch['deadline_s']} s and no "
+                      "token processed meanwhile", bool(canary))  # fmt: skip
+    if code != 200:
+        return result("failed", f"{path} answered HTTP {code}: {text[:200]!r}", bool(canary))
+    problem = answer_problem(entry, canary, text)
+    return result("failed", problem, bool(canary)) if problem else result("passed", "", bool(canary))
 
 
 def label(value: str) -> str:
@@ -368,6 +608,20 @@ class Guard:
     def marker(self, unit: str) -> str:
         return os.path.join(self.state_dir, f"{unit}.stopping")
 
+    def watch_marker(self, unit: str) -> str:
+        """Left by the watch when it kills a container: the reason, for the exit record."""
+        return os.path.join(self.state_dir, f"{unit}.watch-kill")
+
+    def watch_state_file(self, unit: str) -> str:
+        return os.path.join(self.state_dir, f"{unit}.watch.json")
+
+    def watch_state(self, unit: str) -> dict[str, Any]:
+        try:
+            state = json.loads(read_text(self.watch_state_file(unit)) or "{}")
+        except ValueError:
+            state = {}
+        return state if isinstance(state, dict) else {}
+
     def keep(self, unit: str, record: Mapping[str, Any]) -> None:
         config = self.host.config()
         entry = unit_entry(config, unit)
@@ -380,7 +634,8 @@ class Guard:
         config = self.host.config()
         units = [entry["unit"] for entry in config["units"]]
         documents = {unit["unit"]: exits_document(read_text(unit["exits"]), unit["unit"]) for unit in config["units"]}
-        text = metrics_text(config, documents, self.host.show(units), self.host.now())
+        watched = {unit: self.watch_state(unit) for unit in units}
+        text = metrics_text(config, documents, self.host.show(units), self.host.now(), watched)
         write_text_atomically(self.metrics_file, text, mode=0o644)
 
     def start(self, unit: str) -> tuple[int, str]:
@@ -423,11 +678,16 @@ class Guard:
             self.host.show([unit]).get(unit, {}),
         )
         record["last_lines"] = self.host.last_lines(unit, entry["container"])
+        watched = read_text(self.watch_marker(unit))
+        if watched is not None:
+            os.unlink(self.watch_marker(unit))
+            record["watch"] = watched.strip() or "the runtime watch killed it"
         self.keep(unit, record)
         self.quietly(self.write_metrics)
+        cause = f", killed by the runtime watch: {record['watch']}" if record.get("watch") else ""
         line = (
             f"sparkfleet-vllm-guard: {unit} exited unplanned ({record['service_result']}, {record['exit']}"
-            f"{', OOM kill' if record['oom_kill'] else ''}), {record['mem_available_gib']:g} GiB available, "
+            f"{', OOM kill' if record['oom_kill'] else ''}{cause}), {record['mem_available_gib']:g} GiB available, "
             f"{record['restarts']} restarts so far"
         )
         return 0, line
@@ -448,6 +708,50 @@ class Guard:
         self.quietly(self.write_metrics)
         return 0, f"sparkfleet-vllm-guard: {unit} {why}; `systemctl reset-failed {unit}` and a start, or an Ansible run"
 
+    def watch(self) -> tuple[int, list[str]]:
+        """The timer's run: one probe of every unit that answers the API, its state kept in STATE_DIR (failures in a
+        row on the same container); at `failures` the container is killed, so systemd restarts it (inside the
+        unit's budget, through the start check). One journal line per unit that did not pass."""
+        config = self.host.config()
+        threshold = int(config["watch"]["failures"])
+        entries = [entry for entry in config["units"] if entry["health_url"]]
+        shown = self.host.show([entry["unit"] for entry in entries])
+        lines = []
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        for entry in entries:
+            unit = entry["unit"]
+            container = self.host.container_state(entry["container"])
+            result = watch_outcome(self.host, config, entry, shown.get(unit, {}), container)
+            state = self.watch_state(unit)
+            started = str(container.get("StartedAt") or "")
+            if state.get("container") != started:  # a new start: its failures start from 0
+                state = {"container": started, "failures": 0, "passed_at": state.get("passed_at", 0)}
+            outcome = result["outcome"]
+            if outcome == "passed":
+                state["failures"] = 0
+                state["passed_at"] = round(self.host.now())
+            elif outcome == "failed":
+                state["failures"] = int(state.get("failures", 0)) + 1
+            state["last"] = {**result, "at": round(self.host.now())}
+            if outcome not in ("passed", "idle"):
+                lines.append(
+                    f"sparkfleet-vllm-watch: {unit} {outcome}: {result['reason']}"
+                    + (f" ({state['failures']} of {threshold} in a row)" if outcome == "failed" else "")
+                )
+            if outcome == "failed" and state["failures"] >= threshold:
+                reason = f"{state['failures']} failed probes in a row, the last: {result['reason']}"
+                write_text_atomically(self.watch_marker(unit), reason + "\n", mode=0o600)
+                if self.host.kill(entry["container"]):
+                    lines.append(f"sparkfleet-vllm-watch: {unit} restarts: its container was killed ({reason})")
+                    state["failures"] = 0
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.watch_marker(unit))
+                    lines.append(f"sparkfleet-vllm-watch: could not kill {entry['container']} of {unit}")
+            write_text_atomically(self.watch_state_file(unit), json.dumps(state) + "\n", mode=0o600)
+        self.quietly(self.write_metrics)
+        return 0, lines
+
     @staticmethod
     def quietly(action: Callable[[], object]) -> None:
         """Records and metrics are kept as well as they can be; never at the cost of the decision itself."""
@@ -456,13 +760,19 @@ class Guard:
 
 
 def main(argv: list[str], env: Mapping[str, str], config_dir: str) -> int:
-    """sparkfleet-vllm-guard start|stopping|exited|failed UNIT, or metrics: prints its one line, returns the code."""
+    """sparkfleet-vllm-guard start|stopping|exited|failed UNIT, or metrics, or watch: prints its lines, returns the
+    code."""
     guard = Guard(Host(config_dir))
     if argv[:1] == ["metrics"]:
         guard.write_metrics()
         return 0
+    if argv[:1] == ["watch"]:
+        code, lines = guard.watch()
+        for line in lines:
+            print(line, flush=True)
+        return code
     if len(argv) != 2 or argv[0] not in ("start", "stopping", "exited", "failed"):
-        print("usage: sparkfleet-vllm-guard start|stopping|exited|failed UNIT | metrics")
+        print("usage: sparkfleet-vllm-guard start|stopping|exited|failed UNIT | metrics | watch")
         return 2
     command, unit = argv
     if command == "start":

@@ -5,7 +5,8 @@
 #           the simulated-Spark images beside the Python venv and the fixtures that need no image (signed apt
 #           repo, Hub models, the prefetch venv's wheels, the real vLLM engine for the CPU, the real models it
 #           serves), then the fixtures built on the images (the stand-in's registry, a registry holding the engine)
-#   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario (the fleet's beside the others)
+#   checks: yamllint, ansible-lint, ruff, pytest, every molecule scenario (the linters and the fleet's scenario beside
+#           the others)
 #
 # Each check counts as passed or failed (pytest counts each of its tests). The last line is
 # "sparkfleet: N passed, N failed"; the exit status is non-zero when anything failed.
@@ -221,14 +222,48 @@ finish_beside() {
   if [ "$rc" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
-checks_after_lint() {
+# The linters (about 45 s, ansible-lint's nearly all) run beside the other checks too, so that neither pytest nor
+# the fleet's scenario waits for them: their output goes to tests/.results/lint.log, printed when they end, and each
+# counts as one check, as when they run alone.
+start_lint_beside() {
+  mkdir -p "$results"
+  rm -f "$results/lint.counts" "$results/lint.timings"
+  echo
+  echo "=== linters: started beside the other checks (log: tests/.results/lint.log)"
+  (
+    local before_passed=$passed before_failed=$failed
+    timings=()
+    lint >"$results/lint.log" 2>&1
+    echo "$((passed - before_passed)) $((failed - before_failed))" >"$results/lint.counts"
+    printf '%s\n' "${timings[@]}" >"$results/lint.timings"
+  ) &
+  lint_pid=$!
+}
+
+finish_lint_beside() {
+  local lint_passed lint_failed line
+  wait "$lint_pid"
+  echo
+  echo "=== linters (ran beside the other checks)"
+  cat "$results/lint.log"
+  read -r lint_passed lint_failed <"$results/lint.counts" || { lint_passed=0 lint_failed=1; }
+  passed=$((passed + lint_passed))
+  failed=$((failed + lint_failed))
+  while IFS= read -r line; do
+    [ -n "$line" ] && timings+=("$line (beside)")
+  done <"$results/lint.timings"
+}
+
+checks() {
   local scenario
   rm -f "$results/molecule-fleet.status"
   start_beside fleet
+  start_lint_beside
   run_pytest
   for scenario in $(test_scenarios); do
     [ "$scenario" = fleet ] || step "molecule $scenario" molecule test -s "$scenario"
   done
+  finish_lint_beside
   finish_beside fleet
 }
 
@@ -253,6 +288,5 @@ if [ "${1:-all}" = open-webui ]; then
   step "open-webui (opt-in)" open_webui
   finish
 fi
-lint
-checks_after_lint
+checks
 finish

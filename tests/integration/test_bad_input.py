@@ -84,6 +84,8 @@ TABLE = [
     ("server-values", {"vllm_server_smoke_prompt": "Hi\nExecStartPre=/bin/id"}, "vllm_server_smoke_prompt='Hi\\n"),
     ("server-values", {"vllm_server_quality_soak_concurrency": 0}, "vllm_server_quality_soak_concurrency=0 is less"),
     ("server-values", {"vllm_server_quality_budget_s": 0}, "vllm_server_quality_budget_s=0 is less than 1"),
+    # A probe that may wait longer than the watch's period: the next probe would start before it ends.
+    ("server-values", {"vllm_server_watch_deadline_s": 60}, "vllm_server_watch_deadline_s=60 is more than 59"),
     (
         "quality-canaries",
         {"vllm_server_quality_canaries": ["Fine?", "Hi\nExecStartPre=/bin/id"]},

@@ -252,7 +252,7 @@ def test_alert_rules_evaluate_and_match_the_job_names(prometheus):
         return all(rule.get("lastEvaluation", "").startswith("2") for rule in rules())
 
     wait_until(evaluated, "every rule evaluated", prometheus)
-    assert len(rules()) == 22
+    assert len(rules()) == 24
     assert {rule["name"]: rule["health"] for rule in rules()} == {rule["name"]: "ok" for rule in rules()}
     # The pair's targets do not answer: their down alerts are pending (for 2m), which proves that the rules'
     # job names and labels are those of the configuration. A rule can evaluate before a target's first failed

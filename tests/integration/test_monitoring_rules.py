@@ -258,7 +258,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_rules_pass_promtool_check(rendered):
     done = promtool("check", "rules", str(rendered["rules"]))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 22 rules found" in done.stdout
+    assert "SUCCESS: 24 rules found" in done.stdout
 
 
 @needs_promtool

@@ -88,6 +88,17 @@ def test_what_the_guard_kept_between_runs_is_shown_under_its_model(run_module, t
     )
 
 
+def test_an_exit_the_runtime_watch_caused_names_it():
+    from spark_status import event_text
+
+    event = {"kind": "exit", "timestamp": 0, "exit": "status 137", "mem_available_gib": 90.5, "last_lines": [],
+             "watch": "2 failed probes in a row, the last: wedged"}  # fmt: skip
+    assert event_text(event) == (
+        "last unplanned exit 1970-01-01 00:00 UTC: status 137, killed by the runtime watch (2 failed probes in a "
+        "row, the last: wedged), 90.5 GiB available"
+    )
+
+
 def test_a_refused_start_is_shown_with_its_reason():
     from spark_status import event_text
 

@@ -4,6 +4,7 @@ units' metrics, on a host whose memory, clock, systemd and endpoints the test se
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -26,15 +27,21 @@ def meminfo(total_gib: float, available_gib: float, free_gib: float | None = Non
 
 
 def models(tmp_path: Path) -> list[dict]:
+    common = {"kind": "chat", "hf_repo": "org/model", "hf_revision": "0" * 40}
     return [
         {"unit": "vllm-a.service", "served": "a", "gpu_memory_utilization": 0.5, "container": "vllm-a",
-         "exits": str(tmp_path / "a.exits.json"), "url": "http://127.0.0.1:8000", "api": True},
+         "exits": str(tmp_path / "a.exits.json"), "url": "http://127.0.0.1:8000", "api": True, **common,
+         "secrets_file": str(tmp_path / "a.secrets.env"), "last_good": str(tmp_path / "a.last-good")},
         {"unit": "vllm-b.service", "served": "b", "gpu_memory_utilization": 0.25, "container": "vllm-b",
-         "exits": str(tmp_path / "b.exits.json"), "url": "http://127.0.0.1:8001", "api": True},
+         "exits": str(tmp_path / "b.exits.json"), "url": "http://127.0.0.1:8001", "api": True, **common,
+         "secrets_file": str(tmp_path / "b.secrets.env"), "last_good": str(tmp_path / "b.last-good")},
     ]  # fmt: skip
 
 
-SETTINGS = {"margin_gib": 3.0, "drop_caches": True, "memory_wait_s": 60, "queue_wait_s": 600}
+SETTINGS = {
+    "margin_gib": 3.0, "drop_caches": True, "memory_wait_s": 60, "queue_wait_s": 600,
+    "watch_period_s": 60, "watch_deadline_s": 20, "watch_failures": 2,
+}  # fmt: skip
 
 
 class FakeHost(Host):
@@ -281,3 +288,50 @@ def test_a_stale_stop_marker_does_not_hide_the_next_crash(tmp_path):
     assert g.start("vllm-a.service")[0] == 0
     g.exited("vllm-a.service", {"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "1"})
     assert json.loads((tmp_path / "a.exits.json").read_text())["unplanned_exits_total"] == 1
+
+
+def test_the_watch_leaves_a_stopped_or_loading_unit_alone_and_fails_a_dead_health(tmp_path):
+    health = {"code": 503}
+    host = FakeHost(tmp_path, [90], health=lambda url: health["code"])
+    config = host.config()
+    entry = config["units"][0]
+    running = {"ActiveState": "active", "SubState": "running"}
+
+    def started(seconds_ago: float) -> dict:
+        stamp = vllm_guard.time.strftime(
+            "%Y-%m-%dT%H:%M:%S.123456789Z", vllm_guard.time.gmtime(host.clock - seconds_ago)
+        )
+        return {"Running": True, "StartedAt": stamp}
+
+    assert vllm_guard.watch_outcome(host, config, entry, {"SubState": "dead"}, {})["outcome"] == "idle"
+    # Within the health gate's time of its start (queue_wait_s, 600 s here) a model is still loading.
+    loading = vllm_guard.watch_outcome(host, config, entry, running, started(30))
+    assert loading["outcome"] == "loading" and "503 30 s after" in loading["reason"]
+    dead = vllm_guard.watch_outcome(host, config, entry, running, started(3600))
+    assert dead["outcome"] == "failed" and dead["reason"] == "/health answered 503"
+
+
+def test_the_watch_reads_the_key_as_the_role_quoted_it_and_the_engines_token_counters():
+    key = 'it\'s a "key" $HOME'
+    text = f"HF_TOKEN='x'\nVLLM_API_KEY={shlex.quote(key)}\n"
+    assert vllm_guard.env_file_value(text, "VLLM_API_KEY") == key
+    assert vllm_guard.env_file_value("HF_TOKEN='x'\n", "VLLM_API_KEY") == ""
+    metrics = (
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        'vllm:prompt_tokens_total{engine="0",model_name="m"} 120.0\n'
+        'vllm:generation_tokens_total{engine="0",model_name="m"} 30.0\n'
+        'vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9\n'
+    )
+    assert vllm_guard.progress(metrics) == 150.0
+    assert vllm_guard.progress("# nothing\n") is None and vllm_guard.progress(None) is None
+
+
+def test_a_watched_units_metrics_start_at_zero_and_a_groups_worker_has_none(tmp_path):
+    config = host_config([*models(tmp_path)[:1], {**models(tmp_path)[1], "api": False}], SETTINGS, "vllm_server_models")
+    text = vllm_guard.metrics_text(config, {}, {}, 1.0)
+    assert 'sparkfleet_vllm_unit_watch_failures{unit="vllm-a.service",served="a"} 0' in text
+    assert 'sparkfleet_vllm_unit_watch_restarts_total{unit="vllm-a.service",served="a"} 0' in text
+    assert 'watch_failures{unit="vllm-b.service"' not in text
+    assert config["watch"] == {"deadline_s": 20, "failures": 2, "period_s": 60}
+    with pytest.raises(GuardError, match="watch settings"):
+        parse_config(json.dumps({**config, "watch": {"period_s": 60}}))

@@ -151,6 +151,19 @@ def test_the_models_greedy_answers_were_recorded_at_its_first_good_start(host):
     assert "Paris" in recorded["answers"][CAPITAL]
 
 
+def test_the_runtime_watch_holds_the_real_engine_to_its_recorded_canary(host):
+    """The watch's timer runs the guard every period; one run now, as the timer would: the real engine answers the
+    cheapest recorded canary word for word (greedy), asked with the key the unit's secrets file holds."""
+    timer = host.service("sparkfleet-vllm-watch.timer")
+    assert timer.is_enabled and timer.is_running
+    host.check_output("systemctl start sparkfleet-vllm-watch.service")
+    state = json.loads(host.file(f"/run/sparkfleet/vllm-guard/{UNIT}.watch.json").content_string)
+    assert state["last"]["outcome"] == "passed" and state["last"]["canary"] is True, state
+    assert state["failures"] == 0 and state["passed_at"] > 0
+    metrics = host.file("/var/lib/prometheus/node-exporter/sparkfleet-vllm-guard.prom").content_string
+    assert f'sparkfleet_vllm_unit_watch_failures{{unit="{UNIT}",served="{SERVED}"}} 0' in metrics
+
+
 def test_the_start_was_timed_phase_by_phase_beside_the_last_good_files_and_as_metrics(host):
     record = host.file(STARTUP_FILE)
     assert record.user == "root" and record.mode == 0o600

@@ -3,7 +3,9 @@
 in the middle of a stream (recorded, restarted, healthy again), a start that fails every time (the budget stops it
 after its tries, the host stays responsive, the router leaves it out), memory that is not there (refused before any
 container starts, no loop), and the two models started in one transaction as at boot (one after another, each
-checked). The scenario's restart delays are short (molecule.yml: vllm_server_restart_delay_s 5, max 20 s).
+checked), and a wedge (the stand-in's fault: /health stays 200, no token comes) found by the runtime watch in two
+probes, restarted, out of the router until it answers again. The scenario's restart delays are short (molecule.yml:
+vllm_server_restart_delay_s 5, max 20 s), and so is the watch's deadline (5 s).
 
 Runs after test_model_weights.py (file order), which reads the counters of fleet-3's first start, and leaves both
 units healthy again for the router's tests after it.
@@ -137,6 +139,53 @@ def test_the_engine_killed_in_the_middle_of_a_stream_is_recorded_and_restarted()
         """-d '{"model": "qwen3-0.6b", "prompt": "Hello", "max_tokens": 4}' http://127.0.0.1:8000/v1/completions"""
     )
     assert json.loads(answer)["choices"][0]["text"]
+
+
+def watch_state(unit: str) -> dict:
+    text = SPARK.run(f"cat /run/sparkfleet/vllm-guard/{unit}.watch.json").stdout
+    return json.loads(text) if text.strip() else {}
+
+
+def test_a_wedged_engine_is_found_by_the_watch_restarted_and_out_of_the_router_until_it_answers():
+    timer = SPARK.check_output(
+        "systemctl show sparkfleet-vllm-watch.timer --property=ActiveState,UnitFileState,TimersMonotonic"
+    )
+    assert "ActiveState=active" in timer and "UnitFileState=enabled" in timer
+    assert "OnUnitActiveUSec=1min" in timer, timer  # the role's default period, 60 s
+    # The watch passes on the healthy engine. Qwen3 thinks (a reasoning parser): its canaries were recorded with the
+    # reasoning budget, 1024 tokens, too dear for every period, so the probe is the one-token greedy generation.
+    SPARK.check_output("systemctl start sparkfleet-vllm-watch.service")
+    assert watch_state(CHAT)["last"]["outcome"] == "passed" and watch_state(CHAT)["last"]["canary"] is False
+    restarts = exits(CHAT).get("watch_restarts_total", 0)
+    container = SPARK.check_output("docker inspect --format '{{.Id}}' vllm-qwen3-0.6b")
+    SPARK.check_output("docker kill --signal USR1 vllm-qwen3-0.6b")
+    assert health(CHAT) == 200  # /health does not tell
+    probes = 0
+    killed = False
+    while not killed and probes < 3:
+        # What the timer runs every period; a run of the timer's own that is under way is waited for instead.
+        SPARK.check_output("systemctl start sparkfleet-vllm-watch.service")
+        probes += 1
+        state = watch_state(CHAT)
+        # The probe that kills the container starts the count again.
+        killed = state["last"]["outcome"] == "failed" and state["failures"] == 0
+    assert killed and probes <= 2, watch_state(CHAT)  # found within two watch periods
+    wait_for("the exit record", lambda: exits(CHAT).get("watch_restarts_total", 0) == restarts + 1)
+    record = exits(CHAT)["records"][-1]
+    assert record["kind"] == "exit" and record["exit"] == "status 137", record
+    assert record["watch"].startswith("2 failed probes in a row, the last: wedged"), record
+    # Out of the router while it restarts, back once it answers; the restarted engine passes the watch.
+    wait_for(
+        "the router marking fleet-3:8000 unhealthy", lambda: router_holds("http://fleet-3:8000") is False, every_s=0.2
+    )
+    healthy(CHAT)
+    assert SPARK.check_output("docker inspect --format '{{.Id}}' vllm-qwen3-0.6b") != container
+    wait_for("the router taking fleet-3:8000 back", lambda: router_holds("http://fleet-3:8000") is True)
+    SPARK.check_output("systemctl start sparkfleet-vllm-watch.service")
+    assert watch_state(CHAT)["last"]["outcome"] == "passed" and watch_state(CHAT)["failures"] == 0
+    assert metric("watch_restarts_total", CHAT) == restarts + 1
+    assert metric("watch_failures", CHAT) == 0
+    assert "killed by the runtime watch" in SPARK.check_output(f"journalctl -u {CHAT} -n 200 --no-pager -o cat")
 
 
 def test_a_start_that_fails_every_time_is_stopped_by_the_budget_and_leaves_the_router():

@@ -110,6 +110,12 @@ def serve(config: ServeConfig) -> int:
     signal.signal(signal.SIGINT, request_stop)
 
     engine = Engine(config)
+
+    def wedge(_signum: int, _frame: object) -> None:
+        log("WARNING", "received SIGUSR1: the engine wedges (stand-in fault): /health stays 200, no token comes")
+        engine.wedge()
+
+    signal.signal(signal.SIGUSR1, wedge)
     server = None
     head = None
     worker = None

@@ -77,6 +77,17 @@ class Engine:
         self._running: dict[str, int] = {}  # request id -> tokens it holds in the KV cache
         self._seen_prompts: deque[tuple[str, ...]] = deque(maxlen=PREFIX_MEMORY)
         self.metrics = Metrics(config.metrics_model_name, self.gauges, config.max_model_len, config.speculation)
+        # The wedge fault (SIGUSR1, cli.py): from then on no request gets another token, /health stays 200.
+        self.wedged = threading.Event()
+
+    def wedge(self) -> None:
+        self.wedged.set()
+
+    def _stall_if_wedged(self) -> None:
+        """A wedged engine (an engine core stuck in a collective or a kernel, its API process still up) never
+        produces another token: the request waits until the process ends."""
+        if self.wedged.is_set():
+            threading.Event().wait()
 
     def gauges(self) -> dict[str, float]:
         """Live values of vLLM's scheduler gauges."""
@@ -109,6 +120,7 @@ class Engine:
             cached = self._prefix_hits(request.prompt_words, request.prompt_tokens)
             first_token_at = time.monotonic() + (request.prompt_tokens - cached) / rates.prefill_tok_s
             _sleep_until(first_token_at)
+            self._stall_if_wedged()
             queried = request.prompt_tokens if self.config.enable_prefix_caching else 0
             first_token = time.monotonic()
             self.metrics.record_prefill(request.prompt_tokens, queried, cached, first_token - request.arrival)
@@ -124,6 +136,7 @@ class Engine:
                     # Deadlines add up from the first token's, not from "now", so sleep overhead does not drift.
                     deadline += self._token_interval()
                     _sleep_until(deadline)
+                self._stall_if_wedged()
                 now = time.monotonic()
                 self.metrics.record_token(now - previous if index else None)
                 previous = now
