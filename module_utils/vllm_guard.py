@@ -639,9 +639,11 @@ class Guard:
         write_text_atomically(self.metrics_file, text, mode=0o644)
 
     def start(self, unit: str) -> tuple[int, str]:
-        # A stop marker left by a stop whose ExecStopPost never ran must not hide this start's next exit.
-        with contextlib.suppress(OSError):
-            os.unlink(self.marker(unit))
+        # A stop marker left by a stop whose ExecStopPost never ran must not hide this start's next exit, nor a
+        # watch's marker name the watch as the cause of it.
+        for marker in (self.marker(unit), self.watch_marker(unit)):
+            with contextlib.suppress(OSError):
+                os.unlink(marker)
         try:
             code, line = start_decision(self.host, unit)
         except (GuardError, ValueError, OSError) as error:
@@ -665,6 +667,10 @@ class Guard:
         """ExecStopPost: keep an exit nobody asked for (not a stop, not a start the condition refused)."""
         if os.path.exists(self.marker(unit)):
             os.unlink(self.marker(unit))
+            # A stop that was asked for while the watch was killing the container: no crash, and no marker left to
+            # blame the watch for the next one.
+            with contextlib.suppress(OSError):
+                os.unlink(self.watch_marker(unit))
             self.quietly(self.write_metrics)
             return 0, ""
         if not env.get("EXIT_CODE"):  # the main process never ran: a refused or failed start is kept elsewhere

@@ -195,6 +195,24 @@ def test_a_stop_that_was_asked_for_is_not_recorded_but_a_crash_is(tmp_path):
     assert json.loads((tmp_path / "a.exits.json").read_text())["unplanned_exits_total"] == 1
 
 
+def test_a_watch_marker_blames_only_the_exit_it_caused(tmp_path):
+    host = FakeHost(tmp_path, [70])
+    g = guard(tmp_path, host)
+    crash = {"SERVICE_RESULT": "exit-code", "EXIT_CODE": "exited", "EXIT_STATUS": "137"}
+    (tmp_path / "run").mkdir(exist_ok=True)
+    # The watch killed the container while an owner stopped the unit: a stop, and the marker is gone with it.
+    Path(g.watch_marker("vllm-a.service")).write_text("wedged\n")
+    g.stopping("vllm-a.service", {"MAINPID": "4242"})
+    g.exited("vllm-a.service", crash)
+    assert not Path(g.watch_marker("vllm-a.service")).exists()
+    # A marker left behind (its exit never recorded) is cleared by the next start.
+    Path(g.watch_marker("vllm-a.service")).write_text("wedged\n")
+    g.start("vllm-a.service")
+    g.exited("vllm-a.service", crash)
+    record = json.loads((tmp_path / "a.exits.json").read_text())["records"][-1]
+    assert record["kind"] == "exit" and "watch" not in record
+
+
 def test_a_signal_is_named_as_one(tmp_path):
     host = FakeHost(tmp_path, [70])
     _, line = guard(tmp_path, host).exited(
