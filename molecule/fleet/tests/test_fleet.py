@@ -177,6 +177,12 @@ def test_an_image_that_answers_wrong_stops_the_rollout_at_the_canary(bad_image_u
     assert "The rolling update stopped at its canary fleet-3:" in out
     assert "qwen3-0.6b failed its quality gate: canary 'What is the capital of France? Answer in one word.'" in out
     assert "No other Spark was touched" in out
+    # fleet-3's embedding model moved to the image too (it generates nothing, so the fault never shows in it): it
+    # was still held to its own gate after the chat model failed and rolled back, not left serving unchecked.
+    assert (
+        "The other models this run (re)started passed their gates and serve their new configuration: "
+        "vllm-qwen3-embedding-0.6b.service." in out
+    )
     assert "PLAY [Update | Roll the groups" not in out
     # The lock pins the good image again (the next run serves it everywhere); fleet-3 is back on it; the pair was
     # never restarted; the router's clients saw nothing.
@@ -202,8 +208,9 @@ def fleet_state() -> dict:
     }
 
 
-# Found only when the registry is asked: site.yml gets as far as the pull. A tag is resolved on one host for the
-# whole fleet, a fixed digest is pulled by every host: one case each. (What docker_pull says for an unreachable
+# Found only when the registry is asked: the serving stage (as an image update runs it, docs/stages.md) gets as far
+# as the pull, which a full site.yml reaches after the container runtime's roles. A tag is resolved on one host for
+# the whole fleet, a fixed digest is pulled by every host: one case each. (What docker_pull says for an unreachable
 # registry: tests/integration/test_docker_pull_registry.py; in the role it fails where an unknown tag does.)
 @pytest.mark.parametrize(
     ("extra", "message"),
@@ -215,7 +222,7 @@ def fleet_state() -> dict:
 )
 def test_an_image_the_registry_cannot_give_fails_clearly_and_leaves_every_host_as_it_was(extra, message):
     before = fleet_state()
-    assert_every_host_is_as_it_was(run_site(*extra), message, before)
+    assert_every_host_is_as_it_was(run_site("--tags", "serving", *extra), message, before)
 
 
 # Found from the inventory and the hosts' facts alone: playbooks/preflight.yml stops them before any role runs.
@@ -259,13 +266,25 @@ def test_bad_input_stops_in_preflight_with_every_host_as_it_was(extra, message):
     assert_every_host_is_as_it_was(run_site(*extra, playbook="playbooks/preflight.yml"), message, before)
 
 
-def test_an_archive_from_the_controller_replaces_a_missing_image_verified_by_id(tmp_path):
-    # Air-gapped path: a `docker save` archive on the controller; fleet-1 loses its image and loads it back from
-    # the copy. (vllm_image_archive_path, an archive already on the host, is the same load: the next test.)
+def test_an_archive_from_the_controller_replaces_a_missing_image_and_prune_keeps_the_pin_and_the_one_before(
+    tmp_path,
+):
+    # One run, two checks. Air-gapped path: a `docker save` archive on the controller; fleet-1 loses its image and
+    # loads it back from the copy (vllm_image_archive_path, an archive already on the host, is the same load: the
+    # next test). Prune: after the update the fleet holds the pin and the one before it (the rollback); an image of
+    # the same repository that no pin names (a leftover of a hand-run pull) is what prune removes, without any
+    # update. The role prunes after it loads (roles/vllm_image/tasks/main.yml), so both meet in one run as in two.
     entry = pin()
     first = fleet()[0]
     for host in fleet():
         host.check_output(f"docker save -o /var/tmp/vllm.tar vllm/vllm-openai@{entry['digest']}")
+        # The leftover is built on the image before the pin, through a name outside the repository: fleet-1's pin
+        # is removed below, and Docker keeps an image that another is built on.
+        host.check_output(
+            "docker tag vllm/vllm-openai@%s sparkfleet-test/leftover-base && printf 'FROM sparkfleet-test/leftover-base"
+            "\\nLABEL sparkfleet.test=leftover\\n' | docker build -q -t vllm/vllm-openai:leftover -",
+            entry["previous_digest"],
+        )
     archive = tmp_path / "vllm.tar"
     subprocess.run(["docker", "cp", "fleet-1:/var/tmp/vllm.tar", str(archive)], check=True, timeout=300)
     # Docker keeps an image a running container uses: the served model stops first, site.yml starts it again.
@@ -275,7 +294,7 @@ def test_an_archive_from_the_controller_replaces_a_missing_image_verified_by_id(
     # The pair's worker leaves with its head (vLLM's multi-node mode; test_pair.py) and systemd restarts it:
     # fleet-3's unit is the one that must not move.
     single_before = unit_invocation(fleet()[2])
-    done = run_site("-e", f"vllm_image_archive_src={archive}")
+    done = run_site("-e", f"vllm_image_archive_src={archive}", "-e", "vllm_image_prune=true")
     assert done.returncode == 0, said(done)[-3000:]
     changed = changed_per_host(done.stdout)
     # fleet-3 and the router held the image: the archive was copied to the Sparks (0600) but loaded on fleet-1 only,
@@ -285,6 +304,12 @@ def test_an_archive_from_the_controller_replaces_a_missing_image_verified_by_id(
     assert entry["image_id"] in first.check_output("docker image ls --no-trunc --quiet")
     assert LOCK_FILE.read_text(encoding="utf-8") == lock_before
     assert first.service("vllm-qwen3-0.6b").is_running
+    assert pin() == entry
+    for host in fleet():
+        assert host.run("docker image inspect vllm/vllm-openai:leftover").rc != 0, host.backend.host
+        assert host.run(f"docker image inspect vllm/vllm-openai@{entry['previous_digest']}").rc == 0
+        # By ID: fleet-1 loaded the pin from an archive, which keeps no RepoDigests.
+        assert host.run(f"docker image inspect {entry['image_id']}").rc == 0
 
 
 def test_an_archive_that_differs_from_the_pin_is_refused_before_loading():
@@ -293,28 +318,8 @@ def test_an_archive_that_differs_from_the_pin_is_refused_before_loading():
     for host in fleet():
         host.check_output(f"docker save -o /var/tmp/other.tar vllm/vllm-openai@{entry['previous_digest']}")
     images_before = [image_ids(host) for host in fleet()]
-    done = run_site("-e", "vllm_image_archive_path=/var/tmp/other.tar")
+    # The serving stage loads the image before it starts anything (the image role runs first in it).
+    done = run_site("--tags", "serving", "-e", "vllm_image_archive_path=/var/tmp/other.tar")
     assert done.returncode != 0
     assert f"pins {VLLM_REF} to {entry['image_id']}" in said(done)
     assert [image_ids(host) for host in fleet()] == images_before
-
-
-def test_prune_keeps_the_pin_and_the_one_before_and_removes_the_repositorys_other_images():
-    # After the update the fleet holds the pin and the one before it (the rollback); an image of the same
-    # repository that no pin names (a leftover of a hand-run pull) is what prune removes, without any update.
-    entry = pin()
-    for host in fleet():
-        # Built on the pin by its ID (fleet-1's has no digest), through a name outside the repository.
-        host.check_output(
-            "docker tag %s sparkfleet-test/leftover-base && printf 'FROM sparkfleet-test/leftover-base\\n"
-            "LABEL sparkfleet.test=leftover\\n' | docker build -q -t vllm/vllm-openai:leftover -",
-            entry["image_id"],
-        )
-    done = run_site("-e", "vllm_image_prune=true")
-    assert done.returncode == 0, said(done)[-3000:]
-    assert pin() == entry
-    for host in fleet():
-        assert host.run("docker image inspect vllm/vllm-openai:leftover").rc != 0, host.backend.host
-        assert host.run(f"docker image inspect vllm/vllm-openai@{entry['previous_digest']}").rc == 0
-        # By ID: fleet-1 loaded the pin from an archive, which keeps no RepoDigests.
-        assert host.run(f"docker image inspect {entry['image_id']}").rc == 0

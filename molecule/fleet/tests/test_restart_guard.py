@@ -2,7 +2,7 @@
 8000, then qwen3-embedding-0.6b on 8001) through the stand-in vLLM and the real Docker and systemd: the engine killed
 in the middle of a stream (recorded, restarted, healthy again), a start that fails every time (the budget stops it
 after its tries, the host stays responsive, the router leaves it out), memory that is not there (refused before any
-container starts, no loop), and the two models started in one transaction as at boot (one after another, each
+container starts, no loop), a real reboot of the simulated Spark (its two models back one after another, each
 checked), and a wedge (the stand-in's fault: /health stays 200, no token comes) found by the runtime watch in two
 probes, restarted, out of the router until it answers again. The scenario's restart delays are short (molecule.yml:
 vllm_server_restart_delay_s 5, max 20 s), and so is the watch's deadline (5 s).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -255,21 +256,46 @@ def test_memory_that_is_not_there_is_refused_before_the_container_starts_and_not
     healthy(EMBED)
 
 
-def test_the_models_of_a_spark_started_together_start_one_after_another_each_checked():
-    """As at boot: both units in one transaction. The second waits until the first answers /health."""
-    SPARK.check_output(f"systemctl stop {EMBED} {CHAT}")
-    mark = cursor()
-    SPARK.check_output(f"systemctl start {CHAT} {EMBED}")
+def container_state(name: str) -> str:
+    done = subprocess.run(
+        ["docker", "inspect", "--format", "{{.State.Status}}", name], capture_output=True, text=True, timeout=60
+    )
+    return done.stdout.strip()
+
+
+def test_a_reboot_brings_the_models_back_one_at_a_time_each_checked():
+    """A real reboot of fleet-3: systemd shuts the Spark down (the units stopped as asked, the engines' containers with
+    them), the container exits as a machine powers off, and starts again with its disk (Docker's storage included,
+    molecule.yml) and an empty /run. At boot both units start in one transaction; the second waits until the first
+    answers /health, and each start passes the guard's memory check."""
+    planned_before = {unit: exits(unit)["unplanned_exits_total"] for unit in (CHAT, EMBED)}
+    SPARK.check_output("touch /run/sparkfleet-test-before-reboot")
+    before = SPARK.check_output("date +%s")
+    subprocess.run(["docker", "exec", "fleet-3", "systemctl", "--no-block", "reboot"], timeout=60, check=False)
+    wait_for("fleet-3 to shut down", lambda: container_state("fleet-3") == "exited")
+    subprocess.run(["docker", "start", "fleet-3"], check=True, timeout=120)
+    booted = ["docker", "exec", "fleet-3", "systemctl", "is-system-running", "--wait"]
+    wait_for(
+        "fleet-3 to boot",
+        lambda: (
+            subprocess.run(booted, capture_output=True, text=True, timeout=DEADLINE_S).stdout.strip()
+            in ("running", "degraded")
+        ),
+    )
     healthy(CHAT)
     healthy(EMBED)
-    log = journal_since(EMBED, mark)
-    assert f"sparkfleet-vllm-guard: {EMBED} may start after {CHAT} loaded" in log, log
-    assert f"sparkfleet-vllm-guard: {CHAT} may start:" in journal_since(CHAT, mark)
+    assert not SPARK.file("/run/sparkfleet-test-before-reboot").exists, "the container did not boot again"
+    boot = {unit: SPARK.check_output(f"journalctl -u {unit} --since @{before} --no-pager -o cat") for unit in PORTS}
+    assert f"sparkfleet-vllm-guard: {CHAT} may start:" in boot[CHAT], boot[CHAT]
+    assert f"sparkfleet-vllm-guard: {EMBED} may start after {CHAT} loaded" in boot[EMBED], boot[EMBED]
     # The second container started after the first model was healthy.
     started = {
         unit: SPARK.check_output(f"docker inspect --format '{{{{.State.StartedAt}}}}' {unit.removesuffix('.service')}")
         for unit in (CHAT, EMBED)
     }
     assert started[EMBED] > started[CHAT]
+    # The shutdown stopped them as asked: no unplanned exit, and no restart counted in this boot.
+    assert {unit: exits(unit)["unplanned_exits_total"] for unit in (CHAT, EMBED)} == planned_before
+    assert shown(CHAT)["NRestarts"] == shown(EMBED)["NRestarts"] == "0"
     both = ("http://fleet-3:8000", "http://fleet-3:8001")
     wait_for("the router holding both of fleet-3's models", lambda: all(router_holds(url) for url in both))
